@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ArchiveConfig(AppConfig):
+    name = "console.archive"
+    label = "archive"

@@ -1,0 +1,109 @@
+"""Writes on the archive: collecting dead letters from a DLQ, discarding them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import transaction
+from django.utils import timezone
+
+from brokers.base import BrokerError
+from brokers.base import DeadLetter as BrokerDeadLetter
+from console.archive.models import DeadLetter
+from console.archive.payloads import payload_preview
+from console.audit.services import audit_record
+from console.clusters.models import Cluster
+from console.clusters.services import cluster_adapter
+
+
+def archive_store(*, cluster: Cluster, letters: Sequence[BrokerDeadLetter]) -> int:
+    """Commit a batch of dead letters; return how many rows are new.
+
+    Returns only after the transaction committed: this is the sink an adapter calls
+    before it acknowledges the batch on the broker. Rows already archived (same
+    broker message id on this cluster) are left as they are.
+    """
+    rows = [
+        DeadLetter(
+            cluster=cluster,
+            subscription=letter.subscription,
+            source=letter.source,
+            payload=bytes(letter.payload),
+            payload_preview=payload_preview(letter.payload, DeadLetter.PREVIEW_CHARS),
+            payload_size=len(letter.payload),
+            properties=dict(letter.properties),
+            retry_count=letter.retry_count,
+            origin_message_id=letter.origin_message_id,
+            broker_message_id=letter.broker_message_id,
+            first_failure_at=letter.first_failure_at,
+            last_failure_at=letter.last_failure_at,
+        )
+        for letter in letters
+    ]
+    with transaction.atomic():
+        before = DeadLetter.objects.filter(
+            cluster=cluster, broker_message_id__in=[r.broker_message_id for r in rows]
+        ).count()
+        DeadLetter.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+    return len({r.broker_message_id for r in rows}) - before
+
+
+def dead_letters_collect(*, cluster: Cluster, subscription: str, actor,
+                         limit: int | None = None) -> int:
+    """Move what waits in the subscription's DLQ into the archive; audited.
+
+    Nothing is lost: the adapter acknowledges each batch only after `archive_store`
+    committed it. A crash before the ack leaves the batch on the broker, and the next
+    collect skips the rows already archived.
+    """
+    from django.conf import settings
+
+    def sink(batch: Sequence[BrokerDeadLetter]) -> None:
+        archive_store(cluster=cluster, letters=batch)
+
+    try:
+        with cluster_adapter(cluster) as adapter:
+            moved = adapter.collect_dead_letters(
+                subscription, sink, limit=limit, batch_size=settings.ARCHIVE_COLLECT_BATCH
+            )
+    except BrokerError as exc:
+        audit_record(actor=actor, action="archive.collect", cluster=cluster,
+                     subscription=subscription, result="error", detail=exc.message)
+        raise
+    audit_record(actor=actor, action="archive.collect", cluster=cluster,
+                 subscription=subscription, count=moved)
+    return moved
+
+
+def dead_letters_discard(*, letter_ids: Sequence[int], actor, reason: str = "") -> int:
+    """Mark parked or failed letters discarded (kept for the audit until purged)."""
+    with transaction.atomic():
+        letters = DeadLetter.objects.select_for_update().filter(
+            pk__in=list(letter_ids),
+            state__in=[DeadLetter.STATE_PARKED, DeadLetter.STATE_FAILED],
+        )
+        by_target: dict[tuple[int, str], int] = {}
+        for cluster_id, subscription in letters.values_list("cluster_id", "subscription"):
+            by_target[(cluster_id, subscription)] = by_target.get((cluster_id, subscription), 0) + 1
+        changed = letters.update(
+            state=DeadLetter.STATE_DISCARDED, state_changed_at=timezone.now(), state_reason=reason
+        )
+        clusters = Cluster.objects.in_bulk([cid for cid, _ in by_target])
+        for (cluster_id, subscription), count in by_target.items():
+            audit_record(actor=actor, action="archive.discard", cluster=clusters[cluster_id],
+                         subscription=subscription, count=count, detail=reason)
+    return changed
+
+
+def dead_letters_discard_on_broker(*, cluster: Cluster, subscription: str, actor) -> int:
+    """Drop what still waits in a DLQ without archiving it; audited."""
+    try:
+        with cluster_adapter(cluster) as adapter:
+            dropped = adapter.discard_dead_letters(subscription)
+    except BrokerError as exc:
+        audit_record(actor=actor, action="dlq.discard", cluster=cluster,
+                     subscription=subscription, result="error", detail=exc.message)
+        raise
+    audit_record(actor=actor, action="dlq.discard", cluster=cluster,
+                 subscription=subscription, count=dropped)
+    return dropped

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brokers.base import BrokerError, PeekedMessage, SubscriptionInfo
+from console.clusters.models import Cluster
+from console.clusters.services import cluster_adapter
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Subscriptions of a cluster, or why they could not be listed."""
+
+    subscriptions: tuple[SubscriptionInfo, ...] = ()
+    error: str = ""
+
+    @property
+    def reachable(self) -> bool:
+        return not self.error
+
+
+def cluster_list():
+    return Cluster.objects.all()
+
+
+def cluster_inventory(*, cluster: Cluster) -> Inventory:
+    try:
+        with cluster_adapter(cluster) as adapter:
+            return Inventory(subscriptions=tuple(adapter.list_subscriptions()))
+    except BrokerError as exc:
+        return Inventory(error=exc.message)
+
+
+def retry_queue_peek(*, cluster: Cluster, subscription: str, limit: int = 50) -> list[PeekedMessage]:
+    with cluster_adapter(cluster) as adapter:
+        return adapter.peek_retry_queue(subscription, limit=limit)
