@@ -77,6 +77,8 @@ INSTALLED_APPS = [
     "console.archive",
     "console.api",
     "console.runner",
+    "console.replay",
+    "console.analytics",
 ]
 
 MIDDLEWARE = [

@@ -22,6 +22,8 @@ urlpatterns = [
     path("clusters/", include("console.clusters.urls")),
     path("archive/", include("console.archive.urls")),
     path("audit/", include("console.audit.urls")),
+    path("replay/", include("console.replay.urls")),
+    path("analytics/", include("console.analytics.urls")),
     path("api/", include("console.api.urls")),
     path("django-admin/", admin.site.urls),
     path("health/", health, name="health"),
