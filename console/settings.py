@@ -109,6 +109,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.accounts.context_processors.roles",
             ],
+            "builtins": ["template_partials.templatetags.partials"],
         },
     },
 ]
