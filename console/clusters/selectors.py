@@ -34,3 +34,10 @@ def cluster_inventory(*, cluster: Cluster) -> Inventory:
 def retry_queue_peek(*, cluster: Cluster, subscription: str, limit: int = 50) -> list[PeekedMessage]:
     with cluster_adapter(cluster) as adapter:
         return adapter.peek_retry_queue(subscription, limit=limit)
+
+
+def cluster_subscriptions(*, cluster: Cluster) -> list[SubscriptionInfo]:
+    """The cluster's subscriptions; raises BrokerError (with its `permanent` flag) when
+    the broker cannot list them, for callers that report the failure themselves (the API)."""
+    with cluster_adapter(cluster) as adapter:
+        return adapter.list_subscriptions()
