@@ -16,6 +16,11 @@ from console.clusters.models import Cluster
 from console.clusters.services import cluster_adapter
 
 
+def _database_text(value: str) -> str:
+    # PostgreSQL text and jsonb cannot hold NUL; the payload itself is bytes and keeps it.
+    return value.replace("\x00", "\ufffd")
+
+
 def archive_store(*, cluster: Cluster, letters: Sequence[BrokerDeadLetter]) -> int:
     """Commit a batch of dead letters; return how many rows are new.
 
@@ -26,12 +31,13 @@ def archive_store(*, cluster: Cluster, letters: Sequence[BrokerDeadLetter]) -> i
     rows = [
         DeadLetter(
             cluster=cluster,
-            subscription=letter.subscription,
-            source=letter.source,
+            subscription=_database_text(letter.subscription),
+            source=_database_text(letter.source),
             payload=bytes(letter.payload),
-            payload_preview=payload_preview(letter.payload, DeadLetter.PREVIEW_CHARS),
+            payload_preview=_database_text(payload_preview(letter.payload, DeadLetter.PREVIEW_CHARS)),
             payload_size=len(letter.payload),
-            properties=dict(letter.properties),
+            properties={_database_text(str(k)): _database_text(str(v))
+                        for k, v in letter.properties.items()},
             retry_count=letter.retry_count,
             origin_message_id=letter.origin_message_id,
             broker_message_id=letter.broker_message_id,

@@ -26,7 +26,7 @@ class Cluster(models.Model):
     options = models.JSONField(default=dict, blank=True)
     collect_interval_seconds = models.PositiveIntegerField(default=300)
     last_check_at = models.DateTimeField(null=True, blank=True)
-    last_check_ok = models.BooleanField(null=True)
+    last_check_ok = models.BooleanField(null=True, blank=True)
     last_check_message = models.CharField(max_length=1000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
