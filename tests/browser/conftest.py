@@ -94,3 +94,22 @@ def screenshot(page: Page, name: str) -> None:
         Path(folder).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(folder) / f"{re.sub(r'[^a-z0-9-]+', '-', name)}.png"),
                         full_page=True)
+
+
+def click_and_settle(page: Page, target, *, javascript: bool = True) -> None:
+    """Click and wait until the page shows the answer.
+
+    With JavaScript, waits for htmx to have swapped and settled the new content (the
+    response event alone comes before the swap); without, for the navigation.
+    """
+    if not javascript:
+        with page.expect_navigation():
+            target.click()
+        return
+    page.evaluate("""() => {
+        window.__htmx_settled = false;
+        document.body.addEventListener("htmx:afterSettle",
+            () => { window.__htmx_settled = true; }, {once: true});
+    }""")
+    target.click()
+    page.wait_for_function("window.__htmx_settled === true")
