@@ -16,7 +16,7 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status, viewsets
 from rest_framework.exceptions import APIException, NotFound
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import SAFE_METHODS
+from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.views import APIView
 
 
@@ -94,6 +94,7 @@ class NotFoundView(APIView):
     HTML page, so a script with a typo in its URL reads what went wrong."""
 
     schema = None  # not an endpoint
+    permission_classes = [IsAuthenticated]
 
     @classmethod
     def as_view(cls, **initkwargs):
