@@ -29,7 +29,9 @@ from brokers.rocketmq.schedule import (
 
 DEFAULT_URL = "redis://127.0.0.1:6379/5"
 # Redis error prefixes that mean "the server protects itself, try again later".
-FLOW_CONTROL_PREFIXES = ("OOM", "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN")
+FLOW_CONTROL_PREFIXES = ("OOM ", "BUSY ", "LOADING ", "MASTERDOWN ", "TRYAGAIN ")
+FLOW_CONTROL_ERRORS = (redis.exceptions.OutOfMemoryError, redis.exceptions.BusyLoadingError,
+                       redis.exceptions.MasterDownError, redis.exceptions.TryAgainError)
 
 
 class FlowControlError(BrokerError):
@@ -55,7 +57,9 @@ def translate(exc: Exception, where: str) -> BrokerError:
         return BrokerError(f"Redis at {where} is unreachable: {exc}")
     if isinstance(exc, redis.ResponseError):
         text = str(exc)
-        if text.startswith(FLOW_CONTROL_PREFIXES):
+        # redis-py turns known prefixes into classes (and rewrites the text of errors
+        # inside a pipeline), so check both.
+        if isinstance(exc, FLOW_CONTROL_ERRORS) or text.startswith(FLOW_CONTROL_PREFIXES):
             return FlowControlError(f"Redis at {where} is under flow control: {text}")
         return BrokerError(f"Redis at {where} refused the command: {text}", permanent=True)
     if isinstance(exc, redis.RedisError):
