@@ -1,0 +1,1 @@
+"""The nightly jobs. Each module has pure transforms: DataFrame in, DataFrame out."""

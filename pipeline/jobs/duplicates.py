@@ -1,0 +1,60 @@
+"""Duplicate detection: one message dead-lettered more than once.
+
+Two kinds: the same origin message id twice in one subscription's archive (the
+broker delivered and dead-lettered it again, e.g. after a replay that failed again
+or a consumer that re-published), and, where a business-key property is configured,
+the same business key twice (two messages for one order).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+ORIGIN = "origin_message_id"
+BUSINESS_KEY = "business_key"
+# Ids listed per group; the count is always complete.
+MAX_IDS = 100
+
+
+def _groups(keyed: DataFrame, kind: str, key_property: str) -> DataFrame:
+    return (
+        keyed.groupBy("cluster_id", "subscription", "key")
+        .agg(
+            F.max("cluster_name").alias("cluster_name"),
+            F.count(F.lit(1)).alias("copies"),
+            F.slice(F.sort_array(F.collect_list("id")), 1, MAX_IDS).alias("letter_ids"),
+            F.min("collected_at").alias("first_seen"),
+            F.max("collected_at").alias("last_seen"),
+        )
+        .where(F.col("copies") > 1)
+        .select(
+            F.lit(kind).alias("kind"),
+            F.lit(key_property).alias("key_property"),
+            "cluster_id",
+            "cluster_name",
+            "subscription",
+            "key",
+            "copies",
+            "letter_ids",
+            "first_seen",
+            "last_seen",
+        )
+    )
+
+
+def transform(letters: DataFrame, *, business_key: str | None = None) -> DataFrame:
+    """(kind, key_property, cluster_id, cluster_name, subscription, key, copies,
+    letter_ids, first_seen, last_seen) for every key seen more than once.
+
+    `business_key` names the property holding the key (e.g. "order_id"); without it
+    only origin-id duplicates are reported. Empty keys are never duplicates.
+    """
+    by_origin = _groups(letters.where(F.length(ORIGIN) > 0).withColumn("key", F.col(ORIGIN)), ORIGIN, ORIGIN)
+    if not business_key:
+        return by_origin
+    value = F.col("properties").getItem(business_key)
+    by_business_key = _groups(
+        letters.where(F.length(value) > 0).withColumn("key", value), BUSINESS_KEY, business_key
+    )
+    return by_origin.unionByName(by_business_key)
