@@ -126,15 +126,14 @@ def failure_copy(message: ReceivedMessage, *, queue: str, topology: Topology,
     return exchange, queue, properties
 
 
-def reconsume_later(channel: Any, method: Any, properties: pika.BasicProperties, body: bytes, *,
-                    queue: str, topology: Topology, error: BaseException | str | None = None) -> str:
-    """Send a failed delivery to retry (or to `@failed` past the maximum), then ack it.
+def send_failure_copy(channel: Any, method: Any, properties: pika.BasicProperties, body: bytes, *,
+                      queue: str, topology: Topology, error: BaseException | str | None = None) -> str:
+    """Publish the retry (or `@failed`) copy of a failed delivery and wait for its confirm.
 
     `channel` must be a BlockingChannel in confirm mode (`channel.confirm_delivery()`),
-    so `basic_publish` returns only once the broker confirmed the copy; only then is
-    the original acknowledged. Returns "retry" or "failed". Raises BrokerError, leaving
-    the original unacknowledged, if the copy was refused or could not be routed (a
-    missing retry queue or binding: rebuild the topology).
+    so this returns only once the broker confirmed the copy. Returns "retry" or
+    "failed". Raises BrokerError if the copy was refused or could not be routed (a
+    missing retry queue or binding: rebuild the topology). Does not acknowledge.
     """
     message = ReceivedMessage(body=body, routing_key=method.routing_key, exchange=method.exchange,
                               properties=properties, redelivered=bool(method.redelivered))
@@ -148,9 +147,22 @@ def reconsume_later(channel: Any, method: Any, properties: pika.BasicProperties,
                           f"(routing key {routing_key!r}): the retry topology is broken") from exc
     except pika.exceptions.NackError as exc:
         raise BrokerError("RabbitMQ refused the copy of a failed message") from exc
+    return RETRIED if exchange == topology.retry_exchange else DEAD_LETTERED
+
+
+def reconsume_later(channel: Any, method: Any, properties: pika.BasicProperties, body: bytes, *,
+                    queue: str, topology: Topology, error: BaseException | str | None = None) -> str:
+    """Send a failed delivery to retry (or to `@failed` past the maximum), then ack it.
+
+    For consumers that run their own loop. The original is acknowledged only after
+    the broker confirmed the copy; if the copy fails (BrokerError) the original stays
+    unacknowledged. Returns "retry" or "failed".
+    """
+    outcome = send_failure_copy(channel, method, properties, body, queue=queue, topology=topology,
+                                error=error)
     # Confirmed: acknowledging now can only leave a duplicate (if we crash first), never a gap.
     channel.basic_ack(delivery_tag=method.delivery_tag)
-    return RETRIED if exchange == topology.retry_exchange else DEAD_LETTERED
+    return outcome
 
 
 @dataclass
@@ -226,8 +238,8 @@ class RetryingConsumer:
             self.handler(message)
         except Exception as error:  # noqa: BLE001 - any failure of the user's handler is a retry
             try:
-                outcome = reconsume_later(channel, method, properties, body, queue=self.queue,
-                                          topology=self.topology, error=error)
+                outcome = send_failure_copy(channel, method, properties, body, queue=self.queue,
+                                            topology=self.topology, error=error)
             except BrokerError as copy_error:
                 # The original stays unacknowledged and goes back to the queue: nothing is
                 # lost, it will be tried again once the topology is repaired.
@@ -236,6 +248,9 @@ class RetryingConsumer:
                 time.sleep(1.0)
                 channel.basic_nack(delivery_tag=method.delivery_tag, requeue=True)
                 return
+            # The copy is confirmed: only now may the original go. A crash before this ack
+            # leaves the message twice (original redelivered, copy waiting), never nowhere.
+            self._acknowledge(channel, method.delivery_tag)
             stats.outcomes.append(outcome)
             if outcome == RETRIED:
                 stats.retried += 1
