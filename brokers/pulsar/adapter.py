@@ -63,6 +63,7 @@ from brokers.pulsar.retry import (
     REAL_TOPIC,
     RECONSUMETIMES,
     RETRY_TOPIC,
+    client_connect,
     dead_letter_subscription_ensure,
 )
 
@@ -146,15 +147,9 @@ class PulsarAdapter(BrokerAdapter):
     def _pulsar(self) -> pulsar.Client:
         with self._lock:
             if self._client is None:
-                timeout = max(int(self.config.timeout_seconds), 1)
-                auth = pulsar.AuthenticationToken(self.config.token) if self.config.token else None
                 try:
-                    self._client = pulsar.Client(
-                        self.config.service_url, authentication=auth,
-                        operation_timeout_seconds=timeout,
-                        connection_timeout_ms=int(self.config.timeout_seconds * 1000),
-                        logger=_client_logger(),
-                    )
+                    self._client = client_connect(self.config.service_url, token=self.config.token,
+                                                  timeout_seconds=self.config.timeout_seconds)
                 except (pulsar.PulsarException, ValueError) as exc:
                     raise BrokerError(f"cannot use service URL {self.config.service_url!r}: {exc}",
                                       permanent=True) from None
@@ -653,18 +648,6 @@ class _broker_errors:
         if isinstance(exc, InvalidName):
             raise BrokerError(str(exc), permanent=True) from None
         return False
-
-
-_logger_instance: logging.Logger | None = None
-
-
-def _client_logger() -> logging.Logger:
-    # The C++ client logs every connection at INFO to stdout; keep warnings only.
-    global _logger_instance
-    if _logger_instance is None:
-        _logger_instance = logging.getLogger("brokers.pulsar.client")
-        _logger_instance.setLevel(logging.WARNING)
-    return _logger_instance
 
 
 __all__ = ["KnownSubscription", "PulsarAdapter"]

@@ -10,9 +10,12 @@ free port, so two brokers (or a user's own service on 8080) never collide.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +31,16 @@ def free_port(preferred: int | None = None) -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel stop the broker if the process that started it dies
+    without cleaning up (killed), so no stray pulsar-lite keeps the port."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def binary_path() -> str:
@@ -76,6 +89,7 @@ class EmbeddedPulsar:
                 stdout=log, stderr=subprocess.STDOUT, cwd=str(self.data_dir),
                 env={**os.environ, "RUST_LOG": self.log_level},
                 start_new_session=True,  # Ctrl-C in a terminal goes to the parent, which stops us
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()

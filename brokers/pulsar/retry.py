@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -175,6 +176,48 @@ def retry_decide(
     )
 
 
+_CONSUMER_TYPES = {
+    "shared": pulsar.ConsumerType.Shared,
+    "key_shared": pulsar.ConsumerType.KeyShared,
+    "keyshared": pulsar.ConsumerType.KeyShared,
+    "exclusive": pulsar.ConsumerType.Exclusive,
+    "failover": pulsar.ConsumerType.Failover,
+}
+
+
+def consumer_type_parse(value: pulsar.ConsumerType | str) -> pulsar.ConsumerType:
+    """A consumer type from the enum or its name ("Shared", "Key_Shared", "Exclusive", "Failover")."""
+    if isinstance(value, str):
+        try:
+            return _CONSUMER_TYPES[value.strip().lower()]
+        except KeyError:
+            raise ValueError(f"unknown subscription type {value!r}") from None
+    return value
+
+
+def initial_position_parse(value: str) -> pulsar.InitialPosition:
+    """"earliest" or "latest"."""
+    positions = {"earliest": pulsar.InitialPosition.Earliest, "latest": pulsar.InitialPosition.Latest}
+    try:
+        return positions[value.strip().lower()]
+    except KeyError:
+        raise ValueError(f"initial position must be earliest or latest, not {value!r}") from None
+
+
+def client_connect(service_url: str, *, token: str = "", timeout_seconds: float = 5.0) -> pulsar.Client:
+    """A `pulsar.Client` with the console's defaults: token auth if given, bounded
+    timeouts, and the C++ client's per-connection INFO lines kept out of the logs."""
+    quiet = logging.getLogger("brokers.pulsar.client")
+    quiet.setLevel(logging.WARNING)
+    return pulsar.Client(
+        service_url,
+        authentication=pulsar.AuthenticationToken(token) if token else None,
+        operation_timeout_seconds=max(int(timeout_seconds), 1),
+        connection_timeout_ms=int(timeout_seconds * 1000),
+        logger=quiet,
+    )
+
+
 def dead_letter_subscription_ensure(client: pulsar.Client, topic: str, subscription: str) -> None:
     """Make sure the DLQ has `subscription`, positioned at its earliest message.
 
@@ -207,7 +250,7 @@ class RetryConsumer:
 
     def __init__(
         self, client: pulsar.Client, topic: str, subscription: str, *,
-        consumer_type: pulsar.ConsumerType = pulsar.ConsumerType.Shared,
+        consumer_type: pulsar.ConsumerType | str = pulsar.ConsumerType.Shared,
         naming_version: str = DEFAULT_NAMING_VERSION,
         retry_topic: str | None = None, dead_letter_topic: str | None = None,
         max_redeliver_count: int = DEFAULT_MAX_REDELIVER_COUNT,
@@ -221,7 +264,11 @@ class RetryConsumer:
             raise ValueError("max_redeliver_count must be 0 or more")
         self.max_redeliver_count = max_redeliver_count
         self.delay_levels = delay_levels_parse(delay_levels)
+        consumer_type = consumer_type_parse(consumer_type)
         self.consumer_type = consumer_type
+        if isinstance(subscribe_options.get("initial_position"), str):
+            subscribe_options["initial_position"] = initial_position_parse(
+                subscribe_options["initial_position"])
         self.initial_subscription_name = initial_subscription_name
         self._client = client
         # The DLQ gets its subscription first, before anything can be written to it.
@@ -243,6 +290,13 @@ class RetryConsumer:
 
     def receive(self, timeout_millis: int | None = None) -> pulsar.Message:
         return self._consumer.receive(timeout_millis)
+
+    def poll(self, timeout_millis: int) -> pulsar.Message | None:
+        """The next message, or None if none came within `timeout_millis`."""
+        try:
+            return self._consumer.receive(timeout_millis)
+        except pulsar.Timeout:
+            return None
 
     def acknowledge(self, message: pulsar.Message) -> None:
         self._consumer.acknowledge(message)

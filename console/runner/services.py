@@ -54,6 +54,35 @@ def default_clusters_ensure() -> list[Cluster]:
     return made
 
 
+def embedded_pulsar_cluster_ensure(*, service_url: str, metrics_url: str) -> Cluster:
+    """The "embedded-pulsar" cluster, pointed at the broker this run started.
+
+    Created on the first run; on later runs only the broker's address and metrics URL
+    are updated (the port may differ when 6650 was taken), other edits are kept.
+    """
+    from console.runner.embedded_pulsar import EMBEDDED_PULSAR_NAME
+
+    cluster, created = Cluster.objects.get_or_create(
+        name=EMBEDDED_PULSAR_NAME,
+        defaults={"kind": Cluster.KIND_PULSAR, "service_url": service_url,
+                  "options": {"metrics_url": metrics_url, "naming_version": "2.9"},
+                  "collect_interval_seconds": 60},
+    )
+    options = dict(cluster.options or {})
+    if not created and (cluster.service_url != service_url or options.get("metrics_url") != metrics_url):
+        options["metrics_url"] = metrics_url
+        cluster.service_url, cluster.options = service_url, options
+        cluster.save(update_fields=["service_url", "options"])
+    return cluster
+
+
+def default_cluster_names() -> set[str]:
+    """The clusters `make run` sets up itself (the demo runs only on these)."""
+    from console.runner.embedded_pulsar import EMBEDDED_PULSAR_NAME
+
+    return {d.name for d in default_clusters()} | {EMBEDDED_PULSAR_NAME}
+
+
 def demo_admin_ensure(*, var_dir: Path | None = None) -> tuple[str, str]:
     """(username, password) of the embedded admin, created on the first run."""
     var_dir = var_dir or settings.VAR_DIR

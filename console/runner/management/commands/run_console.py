@@ -1,4 +1,5 @@
-"""Run the console on embedded defaults: web server, Celery worker and beat.
+"""Run the console on embedded defaults: web server, Celery worker and beat, an
+embedded pulsar-lite broker and demo traffic.
 
 Anything unreachable (Redis for Celery, a broker) is reported and skipped; the web
 console always starts.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from django.conf import settings
@@ -24,10 +26,14 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-celery", action="store_true", help="web server only")
+        parser.add_argument("--no-demo", action="store_true", help="no demo traffic")
+        parser.add_argument("--no-pulsar", action="store_true",
+                            help="do not start the embedded pulsar-lite broker")
 
     def handle(self, *args, **options) -> None:
         username, password = demo_admin_ensure()
         default_clusters_ensure()
+        broker = None if options["no_pulsar"] else self._start_pulsar()
         processes: list[subprocess.Popen] = []
         python = sys.executable
         if options["no_celery"]:
@@ -48,7 +54,65 @@ class Command(BaseCommand):
             f"\nRedrive console: http://{address}/\nLog in as {username} / {password}\n"
             "Press Ctrl-C to stop.\n"))
         self.stdout.flush()
-        self._wait(processes)
+        demo = None if options["no_demo"] else self._start_demo()
+        try:
+            self._wait(processes)
+        finally:
+            if demo is not None:
+                demo.stop()
+            if broker is not None:
+                broker.stop()
+
+    def _start_pulsar(self):
+        from console.runner.embedded_pulsar import embedded_pulsar_start
+        from console.runner.services import embedded_pulsar_cluster_ensure
+
+        broker = embedded_pulsar_start()
+        if broker is None:
+            self.stderr.write("The embedded pulsar-lite broker did not start (see the log); "
+                              "the console runs without it.")
+            return None
+        embedded_pulsar_cluster_ensure(service_url=broker.service_url, metrics_url=broker.metrics_url)
+        self.stdout.write(f"Embedded Pulsar (pulsar-lite): {broker.service_url}")
+        return broker
+
+    def _start_demo(self):
+        """Start demo traffic in the background: reaching each broker may take a few
+        seconds and must not hold up the console."""
+        from console.runner.demo import DemoRunner, demo_runner_for_default_clusters
+
+        lock = threading.Lock()
+
+        def log(line: str) -> None:
+            with lock:
+                self.stdout.write(line)
+                self.stdout.flush()
+
+        holder: dict[str, DemoRunner] = {}
+
+        def start() -> None:
+            from django.db import connection
+
+            try:
+                runner = demo_runner_for_default_clusters(log=log)
+                holder["runner"] = runner
+                started = runner.start()
+                log("Demo traffic on: " + (", ".join(started) or "no reachable default cluster"))
+            except Exception as exc:  # noqa: BLE001 - the demo is optional, the console is not
+                log(f"Demo traffic did not start: {exc}")
+            finally:
+                connection.close()
+
+        starter = threading.Thread(target=start, name="demo-start", daemon=True)
+        starter.start()
+
+        class _Stopper:
+            def stop(self) -> None:
+                starter.join(30)
+                if "runner" in holder:
+                    holder["runner"].stop()
+
+        return _Stopper()
 
     def _wait(self, processes: list[subprocess.Popen]) -> None:
         def stop(*_args) -> None:
