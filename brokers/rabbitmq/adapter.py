@@ -6,7 +6,8 @@ where counts are exact and publisher confirms exist. The vhost is `options["vhos
 or the path of the amqp URL. Other cluster options (see `Topology`): `exchange`,
 `retry_exchange`, `failed_exchange`, `retry_ttl_ms`, `max_retries`, and
 `max_message_bytes` (largest body a replay sends, default 128 MiB as RabbitMQ's own
-default limit).
+default limit) and `replay_window` (replayed messages in flight awaiting their confirm,
+default 2000).
 
 A subscription here is a consuming queue `{queue}`; its retry queue is
 `{queue}@retry` and its DLQ `{queue}@failed`.
@@ -67,6 +68,7 @@ from brokers.rabbitmq.topology import (
 DESTINATION_QUEUE = "queue"
 DESTINATION_ORIGINAL = "original"
 DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+DEFAULT_REPLAY_WINDOW = 2000
 MODE = "ttl-dlx"
 
 PEEK_EXPLANATION = (
@@ -119,8 +121,9 @@ class RabbitMQAdapter(BrokerAdapter):
         self.vhost = vhost_of(config)
         try:
             self.max_message_bytes = int(config.options.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
+            self.replay_window = max(int(config.options.get("replay_window", DEFAULT_REPLAY_WINDOW)), 1)
         except (TypeError, ValueError) as exc:
-            raise BrokerError("max_message_bytes must be an integer", permanent=True) from exc
+            raise BrokerError("max_message_bytes and replay_window must be integers", permanent=True) from exc
         self._management_client: ManagementClient | None = None
 
     def close(self) -> None:
@@ -280,9 +283,11 @@ class RabbitMQAdapter(BrokerAdapter):
                              f"{effective.get('dead-letter-routing-key') or '(the original)'!r} "
                              f"instead of {name!r}")
             if wrong:
-                depth = int(retry.get("messages") or 0)
+                # The management API's figures lag; whether a queue may be recreated is
+                # decided on the exact count (and the delete itself is if-empty anyway).
+                depth, consumers = self._exact_counts(retry_queue(name))
                 text = f"retry queue {retry_queue(name)} " + "; ".join(wrong)
-                if depth or retry.get("consumers"):
+                if depth or consumers:
                     problems.append(f"{text}. It holds {depth} messages or has consumers and Redrive "
                                     "never deletes such a queue: let it drain, then rebuild")
                 else:
@@ -306,6 +311,12 @@ class RabbitMQAdapter(BrokerAdapter):
                 problems.append(f"queue {other} is bound to {t.exchange} with a key matching {name!r}: "
                                 "it would also receive this queue's retries")
         return problems, steps
+
+    def _exact_counts(self, queue: str) -> tuple[int, int]:
+        """(messages, consumers) of a queue as RabbitMQ counts them right now."""
+        with self._connection(f"counting {queue!r}") as connection:
+            ok = connection.channel().queue_declare(queue=queue, passive=True).method
+            return ok.message_count, ok.consumer_count
 
     # rebuild ----------------------------------------------------------------------------
     def plan_rebuild(self, subscription: str) -> RebuildPlan:
@@ -482,7 +493,8 @@ class RabbitMQAdapter(BrokerAdapter):
                 continue
             index_of[publication.key] = index
             publications.append(publication)
-        for publication, result in zip(publications, publish_confirmed(self.config, publications),
+        for publication, result in zip(publications, publish_confirmed(self.config, publications,
+                                                                      window=self.replay_window),
                                        strict=True):
             index = index_of[publication.key]
             outcomes[index] = ReplayOutcome(

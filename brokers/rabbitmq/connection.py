@@ -92,10 +92,13 @@ def blocking_connection(config: ClusterConfig, *, doing: str, purpose: str = "co
     connection: pika.BlockingConnection | None = None
     try:
         connection = pika.BlockingConnection(parameters)
-        yield connection
-    except BrokerError:
-        raise
     except (pika.exceptions.AMQPError, OSError) as exc:
+        raise broker_error(exc, config, doing=doing) from exc
+    try:
+        yield connection
+    except pika.exceptions.AMQPError as exc:
+        # Only pika's own errors are translated: whatever a caller's code raised inside
+        # (a sink failing, say) goes up unchanged.
         raise broker_error(exc, config, doing=doing) from exc
     finally:
         if connection is not None and connection.is_open:
