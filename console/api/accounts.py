@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -42,10 +41,6 @@ class TokenView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
     throttle_classes = [TokenThrottle]
-
-    @classmethod
-    def as_view(cls, **initkwargs):
-        return login_not_required(super().as_view(**initkwargs))
 
     @extend_schema(
         summary="Get an API token", operation_id="auth_token", tags=["auth"],

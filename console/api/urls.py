@@ -1,10 +1,10 @@
 """The API: /api/v1/ endpoints, the OpenAPI schema and its Swagger UI.
 
-Every view under v1/ is a DRF view marked login_not_required (see console.api.base):
-DRF authenticates tokens and sessions itself and answers 401/403 in JSON.
+Every view under v1/ is a DRF view, which LoginRequiredMiddleware leaves alone: DRF
+authenticates tokens and sessions itself and answers 401/403 in JSON (console.api.base).
 """
 
-from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
@@ -28,9 +28,10 @@ urlpatterns = [
     path("v1/", include((router.urls, "api"), namespace="api")),
     # Last: any other path under v1/ is a JSON 404, not the HTML page.
     re_path(r"^v1/(?P<rest>[\s\S]*)$", NotFoundView.as_view(), name="api-not-found"),
-    # The schema answers token-authenticated scripts too (SERVE_PERMISSIONS still asks
-    # for a logged-in user, in JSON); the Swagger page is for people and keeps the
-    # login redirect.
-    path("schema/", login_not_required(SpectacularAPIView.as_view()), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The schema answers token-authenticated scripts too (SERVE_PERMISSIONS asks for a
+    # logged-in caller and refuses others in JSON). The Swagger page is for people:
+    # an anonymous visitor is sent to the login page rather than shown a bare 401.
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")),
+         name="api-docs"),
 ]
