@@ -118,7 +118,7 @@ FILTER_PARAMETERS = [
 class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     serializer_class = DeadLetterSerializer
     pagination_class = ArchivePagination
-    lookup_value_regex = r"[0-9]+"
+    lookup_value_converter = "int"
     read_permission = "archive.view_deadletter"
     action_permissions = {"discard": "archive.discard_deadletter"}
 

@@ -203,9 +203,9 @@ SUBSCRIPTION_PARAMETER = OpenApiParameter("subscription", str, required=True,
     ),
 )
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
-    queryset = Cluster.objects.prefetch_related("registered")
+    queryset = Cluster.objects.none()  # for the schema; requests use get_queryset
     serializer_class = ClusterSerializer
-    lookup_value_regex = r"[0-9]+"
+    lookup_value_converter = "int"
     read_permission = "clusters.view_cluster"
     action_permissions = {
         "create": "clusters.add_cluster",
@@ -220,6 +220,9 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
         "collect": "archive.collect_deadletter",
         "discard_dead_letters": "archive.discard_deadletter",
     }
+
+    def get_queryset(self):
+        return selectors.cluster_list().prefetch_related("registered")
 
     def create(self, request: Request) -> Response:
         serializer = self.get_serializer(data=request.data)

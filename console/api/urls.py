@@ -15,7 +15,7 @@ from console.api.audit import AuditEntryViewSet
 from console.api.base import NotFoundView
 from console.api.clusters import ClusterViewSet
 
-router = SimpleRouter()
+router = SimpleRouter(use_regex_path=False)
 router.register("clusters", ClusterViewSet, basename="cluster")
 router.register("dead-letters", DeadLetterViewSet, basename="dead-letter")
 router.register("audit", AuditEntryViewSet, basename="audit-entry")
