@@ -417,17 +417,23 @@ class PulsarAdapter(BrokerAdapter):
             )
         moved = 0
         try:
-            with _broker_errors(f"read {topic}"):
+            try:
                 last = consumer.get_last_message_id()
-            if last.entry_id() < 0:
+            except _TRANSIENT as exc:
+                raise BrokerError(f"Pulsar could not read {topic}: {exc}") from None
+            except pulsar.PulsarException:
+                # pulsar-lite answers an error for a topic without messages; then only
+                # quiet batches tell when to stop.
+                last = None
+            if last is not None and last.entry_id() < 0:
                 return 0  # nothing was ever written
-            empty = 0
+            empty, reached_last = 0, False
             while limit is None or moved < limit:
                 with _broker_errors(f"read {topic}"):
                     batch = consumer.batch_receive()
                 if not batch:
                     empty += 1
-                    if empty >= _EMPTY_BATCHES_TO_STOP:
+                    if empty >= (1 if reached_last else _EMPTY_BATCHES_TO_STOP):
                         break
                     continue
                 empty = 0
@@ -439,8 +445,10 @@ class PulsarAdapter(BrokerAdapter):
                     for message in batch:
                         consumer.acknowledge(message)
                 moved += len(batch)
-                if not (batch[-1].message_id() < last):
-                    break  # reached what was there when we started
+                if last is not None and not (batch[-1].message_id() < last):
+                    # What was there when we started has come; one quiet batch more
+                    # picks up anything redelivered out of order.
+                    reached_last = True
         finally:
             try:
                 consumer.close()  # flushes the acknowledgements

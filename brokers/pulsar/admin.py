@@ -47,7 +47,7 @@ class PulsarAdmin:
 
     # --- reads -------------------------------------------------------------------
     def version(self) -> str:
-        return str(self._call("GET", "/admin/v2/brokers/version", expect_json=False)).strip()
+        return str(self._call("GET", "/admin/v2/brokers/version", expect_json=False)).strip().strip('"')
 
     def tenants(self) -> list[str]:
         return self._list(self._call("GET", "/admin/v2/tenants"))
