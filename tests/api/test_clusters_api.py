@@ -267,3 +267,25 @@ def test_registering_without_a_source_is_a_400(admin_api, unreachable):
                               format="json")
     assert response.status_code == 400 and "source" in response.json()
     assert not RegisteredSubscription.objects.exists()
+
+
+def test_a_wrong_broker_password_is_a_permanent_json_error_that_never_echoes_it(
+        admin_api, operator_api, make_cluster):
+    """The local RabbitMQ (guest/guest) with a wrong password."""
+    cluster = make_cluster("rabbitmq", service_url="amqp://127.0.0.1:5672/%2F",
+                           admin_url="http://127.0.0.1:15672", username="guest",
+                           password="wrong-" + SECRET)
+    response = operator_api.get(f"/api/v1/clusters/{cluster.pk}/subscriptions/")
+    assert_broker_error(response)
+    assert response.json()["permanent"] is True
+    tested = admin_api.post(f"/api/v1/clusters/{cluster.pk}/test/").json()
+    assert tested["reachable"] is False and tested["message"]
+    for body in (response.content, str(tested).encode()):
+        assert SECRET.encode() not in body
+
+
+def test_a_path_without_its_trailing_slash_is_a_json_404_not_a_crash(admin_api):
+    response = admin_api.post("/api/v1/clusters", cluster_body("no-slash"), format="json")
+    assert response.status_code == 404
+    assert "slash" in response.json()["error"]
+    assert not Cluster.objects.exists()
