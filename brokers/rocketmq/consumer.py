@@ -42,7 +42,7 @@ from brokers.base import BrokerError
 from brokers.rocketmq.connection import Connection
 from brokers.rocketmq.message import Message, MessageError, decode, tag_matches, validate_user_topic
 from brokers.rocketmq.naming import retry_topic
-from brokers.rocketmq.retry import send_back
+from brokers.rocketmq.retry import send_back, send_back_many
 from brokers.rocketmq.topology import subscription_ensure
 
 logger = logging.getLogger(__name__)
@@ -80,19 +80,23 @@ def default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+# One lock for all deliveries: a claim is a few instructions, and a lock per message
+# would cost more to make than it ever waits.
+_CLAIM_LOCK = threading.Lock()
+
+
 class _Delivery:
     """One message being consumed; settled exactly once (by the listener or the timeout)."""
 
-    __slots__ = ("message", "deadline", "_settled", "_lock")
+    __slots__ = ("message", "deadline", "_settled")
 
     def __init__(self, message: Message, deadline: float) -> None:
         self.message = message
         self.deadline = deadline
         self._settled = False
-        self._lock = threading.Lock()
 
     def claim(self) -> bool:
-        with self._lock:
+        with _CLAIM_LOCK:
             if self._settled:
                 return False
             self._settled = True
@@ -105,7 +109,8 @@ class PushConsumer:
     def __init__(self, connection: Connection, group: str, listener: Listener, *,
                  subscriptions: Mapping[str, str] | None = None, mode: str = CLUSTERING,
                  max_reconsume_times: int | None = None, consume_timeout: float = DEFAULT_CONSUME_TIMEOUT,
-                 threads: int = 4, batch: int = 32, suspend_seconds: float = ORDERLY_SUSPEND_SECONDS,
+                 threads: int = 4, batch: int = 32, max_inflight: int = 128,
+                 suspend_seconds: float = ORDERLY_SUSPEND_SECONDS,
                  send_back_retry_seconds: float = SEND_BACK_RETRY_SECONDS, start_from: str = "first",
                  consumer_name: str | None = None, poll_block_ms: int = 200) -> None:
         if mode not in (CLUSTERING, BROADCASTING, ORDERLY):
@@ -132,7 +137,11 @@ class PushConsumer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._executor: ThreadPoolExecutor | None = None
-        self._slots = threading.BoundedSemaphore(max(1, threads * 2))
+        self.max_inflight = max(1, max_inflight)
+        # Successes waiting to be acknowledged in one round trip by the fetching thread.
+        # A crash before that flush means the message is delivered again: at least once.
+        self._acks: list[Message] = []
+        self._acks_lock = threading.Lock()
         self._inflight: dict[int, _Delivery] = {}
         self._inflight_lock = threading.Lock()
         self._timers: set[threading.Timer] = set()
@@ -180,6 +189,8 @@ class PushConsumer:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        if self.mode == CLUSTERING:
+            self._flush_acks()
 
     def __enter__(self) -> PushConsumer:
         return self.start()
@@ -199,6 +210,7 @@ class PushConsumer:
         last_claim = 0.0
         while not self._stop.is_set():
             try:
+                self._flush_acks()
                 self._expire_inflight()
                 if time.monotonic() - last_claim > min(5.0, self.consume_timeout):
                     last_claim = time.monotonic()
@@ -210,7 +222,7 @@ class PushConsumer:
     def _fetch_clustering(self) -> None:
         free = self._free_slots()
         if not free:
-            time.sleep(0.01)
+            time.sleep(0.002)
             return
         try:
             with self.connection.errors():
@@ -249,6 +261,7 @@ class PushConsumer:
         topic = self.connection.keys.topic_of(stream_key)
         expression = self.subscriptions.get(topic, "*")
         skipped = []
+        wanted = []
         for entry_id, fields in entries:
             if not fields:
                 continue  # deleted while pending
@@ -258,48 +271,97 @@ class PushConsumer:
             if not tag_matches(expression, message.tags):
                 skipped.append(entry)  # filtered out: the offset moves on, as on a broker
                 continue
-            self._submit(message)
+            wanted.append(message)
+        self._submit_many(wanted)
         if skipped:
             with self.connection.errors():
                 self.connection.client.xack(stream_key, self.group, *skipped)
 
     def _free_slots(self) -> int:
-        free = 0
-        while free < self.batch and self._slots.acquire(blocking=False):
-            free += 1
-        for _ in range(free):
-            self._slots.release()
-        return free
+        with self._inflight_lock:
+            return max(0, min(self.batch, self.max_inflight - len(self._inflight)))
+
+    def _flush_acks(self) -> None:
+        with self._acks_lock:
+            acks, self._acks = self._acks, []
+        if not acks:
+            return
+        by_stream: dict[str, list[str]] = {}
+        for message in acks:
+            by_stream.setdefault(message.stream, []).append(message.entry_id)
+        try:
+            with self.connection.errors():
+                pipe = self.connection.client.pipeline(transaction=False)
+                for stream_key, entry_ids in by_stream.items():
+                    pipe.xack(stream_key, self.group, *entry_ids)
+                pipe.execute()
+        except BrokerError as exc:
+            # Not acknowledged: they stay pending and are consumed again later (at least once).
+            logger.warning("ack of %d messages failed, they will be delivered again: %s", len(acks), exc)
 
     def _submit(self, message: Message) -> None:
-        self._slots.acquire()
-        delivery = _Delivery(message, time.monotonic() + self.consume_timeout)
-        with self._inflight_lock:
-            self._inflight[id(delivery)] = delivery
-        executor = self._executor
-        if executor is None:
-            self._forget(delivery)
+        self._submit_many([message])
+
+    def _submit_many(self, messages: list[Message]) -> None:
+        """Hand messages to the worker threads, in at most `threads` chunks: one task
+        per chunk, not per message, keeps the thread hand-offs few."""
+        if not messages:
             return
+        deadline = time.monotonic() + self.consume_timeout
+        deliveries = [_Delivery(message, deadline) for message in messages]
+        with self._inflight_lock:
+            for delivery in deliveries:
+                self._inflight[id(delivery)] = delivery
+        size = -(-len(deliveries) // self.threads)
+        chunks = [deliveries[i:i + size] for i in range(0, len(deliveries), size)]
+        for chunk in chunks:
+            executor = self._executor
+            try:
+                if executor is None:
+                    raise RuntimeError("consumer stopped")
+                executor.submit(self._consume_chunk, chunk)
+            except RuntimeError:  # shutting down: the messages stay pending in Redis
+                for delivery in chunk:
+                    self._forget(delivery)
+
+    def _consume_chunk(self, deliveries: list[_Delivery]) -> None:
+        # Failures of the chunk are sent back together (one round trip); until then
+        # they are pending in Redis like any message being consumed.
+        failures: list[tuple[Message, ConsumeResult | RetryLater, str]] = []
         try:
-            executor.submit(self._consume, delivery)
-        except RuntimeError:  # shutting down: the message stays pending in Redis
-            self._forget(delivery)
+            for delivery in deliveries:
+                if self._stop.is_set():
+                    break  # the rest is not settled: it stays pending in Redis, claimed later
+                self._consume(delivery, forget=False, failures=failures)
+                if len(failures) >= 64:
+                    self._send_back_failures(failures)
+                    failures = []
+        finally:
+            self._send_back_failures(failures)
+            with self._inflight_lock:
+                for delivery in deliveries:
+                    self._inflight.pop(id(delivery), None)
 
     def _forget(self, delivery: _Delivery) -> None:
         with self._inflight_lock:
-            if self._inflight.pop(id(delivery), None) is not None:
-                self._slots.release()
+            self._inflight.pop(id(delivery), None)
 
-    def _consume(self, delivery: _Delivery) -> None:
+    def _consume(self, delivery: _Delivery, *, forget: bool = True,
+                 failures: list | None = None) -> None:
         message = delivery.message
         if time.monotonic() > delivery.deadline:
             return  # waited too long in our queue; the timeout path settles it
         outcome, reason = self._call_listener(message)
         if delivery.claim():
             try:
+                if (failures is not None and outcome != ConsumeResult.SUCCESS
+                        and self.mode == CLUSTERING):
+                    failures.append((message, outcome, reason))
+                    return
                 self._settle(message, outcome, reason)
             finally:
-                self._forget(delivery)
+                if forget:
+                    self._forget(delivery)
 
     def _call_listener(self, message: Message) -> tuple[ConsumeResult | RetryLater, str]:
         try:
@@ -334,12 +396,8 @@ class PushConsumer:
                 logger.warning("%s (%s)", broadcasting_failure_is_dropped(message), reason)
             return
         if outcome == ConsumeResult.SUCCESS:
-            try:
-                with self.connection.errors():
-                    self.connection.client.xack(message.stream, self.group, message.entry_id)
-            except BrokerError as exc:
-                # Not acknowledged: it stays pending and is consumed again later (at least once).
-                logger.warning("ack of %s failed, it will be delivered again: %s", message.message_id, exc)
+            with self._acks_lock:
+                self._acks.append(message)
             return
         level = outcome.level if isinstance(outcome, RetryLater) else 0
         try:
@@ -354,6 +412,23 @@ class PushConsumer:
             return
         logger.info("%s failed (%s): copy %s sent to %s", message.message_id, reason, sent.message_id,
                     sent.topic)
+
+    def _send_back_failures(self, failures: list[tuple[Message, ConsumeResult | RetryLater, str]]) -> None:
+        if not failures:
+            return
+        batch = [(message, outcome.level if isinstance(outcome, RetryLater) else 0, reason)
+                 for message, outcome, reason in failures]
+        answers = send_back_many(self.connection, batch, group=self.group,
+                                 max_reconsume_times=self.max_reconsume_times)
+        for (message, _level, reason), answer in zip(batch, answers, strict=True):
+            if isinstance(answer, BrokerError):
+                # The original is still pending in Redis; consume it again here after 5 s.
+                logger.warning("sending %s back failed (%s); consuming it again in %g s",
+                               message.message_id, answer, self.send_back_retry_seconds)
+                self._reconsume_later(replace(message, reconsume_times=message.reconsume_times + 1))
+            else:
+                logger.debug("%s failed (%s): copy %s sent to %s", message.message_id, reason,
+                             answer.message_id, answer.topic)
 
     def _reconsume_later(self, message: Message) -> None:
         def again() -> None:

@@ -13,12 +13,13 @@ those names, so what an operator reads is never ambiguous.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
 import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -26,6 +27,7 @@ from brokers.base import BrokerError
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # RocketMQ's default maxMessageSize; exactly 4 MiB is allowed
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9_|%-]{1,127}$")
+MESSAGE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 GROUP_PATTERN = re.compile(r"^[A-Za-z0-9_|-]{1,120}$")
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -61,8 +63,23 @@ class MessageError(BrokerError):
         super().__init__(message, permanent=True)
 
 
+def _new_id_prefix() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX = os.urandom(8).hex().upper()
+    _ID_COUNTER = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+
+_ID_PREFIX = ""
+_ID_COUNTER = itertools.count()
+_new_id_prefix()
+# A forked child must not repeat its parent's ids.
+os.register_at_fork(after_in_child=_new_id_prefix)
+
+
 def new_message_id() -> str:
-    return uuid.uuid4().hex.upper()
+    """32 hex digits: a random per-process prefix and a counter, like RocketMQ's client
+    ids (unique without a system call per message)."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016X}"
 
 
 def now_ms() -> int:
@@ -98,8 +115,16 @@ class Message:
     delivery_count: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", tuple(self.keys))
-        object.__setattr__(self, "properties", MappingProxyType(dict(self.properties or {})))
+        # A message gets its id and born time when it is built (a copy made with
+        # dataclasses.replace keeps them unless it sets new ones).
+        if not self.message_id:
+            object.__setattr__(self, "message_id", new_message_id())
+        if not self.born_at_ms:
+            object.__setattr__(self, "born_at_ms", now_ms())
+        if self.keys.__class__ is not tuple:
+            object.__setattr__(self, "keys", tuple(self.keys))
+        if self.properties.__class__ is not MappingProxyType:
+            object.__setattr__(self, "properties", MappingProxyType(dict(self.properties or {})))
 
     @property
     def source_topic(self) -> str:
@@ -134,6 +159,11 @@ class Message:
         return {**self.properties, **self.system_properties()}
 
 
+# Field defaults of a Message, for decode().
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Message) if f.default is not MISSING}
+_DEFAULTS.update(topic="", body=b"", properties=MappingProxyType({}))
+
+
 def validate_topic(topic: str) -> None:
     if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic):
         raise MessageError(
@@ -157,9 +187,14 @@ def validate_group(group: str) -> None:
             + (" ('%' is reserved for the %RETRY% and %DLQ% topics)" if "%" in str(group) else ""))
 
 
-def validate_message(message: Message, *, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+def validate_message(message: Message, *, max_bytes: int = MAX_MESSAGE_BYTES,
+                     topic_checked: bool = False) -> None:
     """Raise MessageError (permanent) for anything that could never be sent as it is."""
-    validate_topic(message.topic)
+    if not topic_checked:
+        validate_topic(message.topic)
+    if not MESSAGE_ID_PATTERN.match(message.message_id):
+        raise MessageError(f"message id {message.message_id!r} is not valid: use 1 to 64 letters, digits, "
+                           "'_' or '-'")
     if not isinstance(message.body, bytes | bytearray | memoryview):
         raise MessageError("the message body must be bytes")
     size = len(message.body)
@@ -167,16 +202,8 @@ def validate_message(message: Message, *, max_bytes: int = MAX_MESSAGE_BYTES) ->
         raise MessageError("the message body is empty")
     if size > max_bytes:
         raise MessageError(f"the message body is {size} bytes, more than the {max_bytes} allowed")
-    if not isinstance(message.tags, str) or TAG_SEPARATOR in message.tags or message.tags.strip() == "*":
-        raise MessageError(
-            f"tag {message.tags!r} is not valid: a message has one tag, without '||' and not '*' "
-            "(those belong to subscription expressions)")
-    try:
-        message.tags.encode()
-    except UnicodeEncodeError as exc:
-        raise MessageError(f"tag {message.tags!r} is not valid text: {exc.reason}") from exc
-    if message.tags != message.tags.strip():
-        raise MessageError(f"tag {message.tags!r} has leading or trailing spaces; it could never match")
+    if message.tags:
+        _validate_tag(message.tags)
     for key in message.keys:
         if not isinstance(key, str) or not key:
             raise MessageError(f"message key {key!r} is not a non-empty string")
@@ -187,6 +214,19 @@ def validate_message(message: Message, *, max_bytes: int = MAX_MESSAGE_BYTES) ->
             raise MessageError(f"property {name!r} is a system property name; pick another name")
 
 
+def _validate_tag(tag: str) -> None:
+    if not isinstance(tag, str) or TAG_SEPARATOR in tag or tag.strip() == "*":
+        raise MessageError(
+            f"tag {tag!r} is not valid: a message has one tag, without '||' and not '*' "
+            "(those belong to subscription expressions)")
+    try:
+        tag.encode()
+    except UnicodeEncodeError as exc:
+        raise MessageError(f"tag {tag!r} is not valid text: {exc.reason}") from exc
+    if tag != tag.strip():
+        raise MessageError(f"tag {tag!r} has leading or trailing spaces; it could never match")
+
+
 def tag_matches(expression: str, tag: str) -> bool:
     """RocketMQ's tag filter: '*' (or empty) matches all, else 'TagA || TagB'."""
     expression = expression.strip()
@@ -195,64 +235,86 @@ def tag_matches(expression: str, tag: str) -> bool:
     return tag in {part.strip() for part in expression.split(TAG_SEPARATOR)}
 
 
-# The wire form: short field names, only non-default values, to keep entries small.
+# The wire form, kept small because every delivered field costs parsing time:
+#   h  = "<message id> <born ms> <topic>" (none of the three contains a space)
+#   b  = the body
+# and only where they are set: tag, k (keys, JSON), p (properties, JSON), rc, o, rt,
+# dl, ff, lf, fr, cg, rp (the fields named below).
 _TEXT_FIELDS = {
-    "message_id": b"id", "topic": b"t", "tags": b"tag", "origin_message_id": b"o",
+    "tags": b"tag", "origin_message_id": b"o",
     "real_topic": b"rt", "failure_reason": b"fr", "consumer_group": b"cg", "replay_of": b"rp",
 }
 _INT_FIELDS = {
-    "born_at_ms": b"born", "reconsume_times": b"rc", "delay_level": b"dl",
+    "reconsume_times": b"rc", "delay_level": b"dl",
     "first_failure_at_ms": b"ff", "last_failure_at_ms": b"lf",
 }
 
 
 def encode(message: Message) -> dict[bytes, bytes]:
     """The stream entry fields of a message."""
-    fields: dict[bytes, bytes] = {b"b": bytes(message.body)}
+    values = message.__dict__  # read once per field without the attribute machinery
+    body = values["body"]
+    fields: dict[bytes, bytes] = {
+        b"h": f"{values['message_id']} {values['born_at_ms']} {values['topic']}".encode(),
+        b"b": body if body.__class__ is bytes else bytes(body),
+    }
     for attribute, name in _TEXT_FIELDS.items():
-        value = getattr(message, attribute)
+        value = values[attribute]
         if value:
             fields[name] = value.encode()
     for attribute, name in _INT_FIELDS.items():
-        value = getattr(message, attribute)
+        value = values[attribute]
         if value:
             fields[name] = str(value).encode()
-    if message.keys:
-        fields[b"k"] = json.dumps(list(message.keys)).encode()
-    if message.properties:
-        fields[b"p"] = json.dumps(dict(message.properties)).encode()
+    if values["keys"]:
+        fields[b"k"] = json.dumps(list(values["keys"])).encode()
+    if values["properties"]:
+        fields[b"p"] = json.dumps(dict(values["properties"])).encode()
     return fields
+
+
+_FIELD_TO_TEXT = {name: attribute for attribute, name in _TEXT_FIELDS.items()}
+_FIELD_TO_INT = {name: attribute for attribute, name in _INT_FIELDS.items()}
 
 
 def decode(fields: Mapping[bytes, bytes], *, entry_id: str = "", stream: str = "",
            delivery_count: int = 0) -> Message:
-    """A message from its stream entry fields. Unknown fields are ignored."""
-    values: dict[str, Any] = {}
-    for attribute, name in _TEXT_FIELDS.items():
-        if name in fields:
-            values[attribute] = fields[name].decode()
-    for attribute, name in _INT_FIELDS.items():
-        if name in fields:
-            values[attribute] = int(fields[name])
-    if b"k" in fields:
-        values["keys"] = tuple(json.loads(fields[b"k"]))
-    if b"p" in fields:
-        values["properties"] = json.loads(fields[b"p"])
-    values.setdefault("topic", "")
-    return Message(body=bytes(fields.get(b"b", b"")), entry_id=entry_id, stream=stream,
-                   delivery_count=delivery_count, **values)
+    """A message from its stream entry fields. Unknown fields are ignored.
+
+    This runs once per delivered message, so it fills the instance directly instead
+    of going through the frozen dataclass's __init__ (which sets each of the
+    nineteen fields with object.__setattr__); the values are the same.
+    """
+    values: dict[str, Any] = dict(_DEFAULTS)
+    values["entry_id"] = entry_id
+    values["stream"] = stream
+    values["delivery_count"] = delivery_count
+    for name, value in fields.items():
+        if name == b"b":
+            values["body"] = bytes(value)
+        elif name == b"h":
+            message_id, born, topic = value.decode().split(" ", 2)
+            values["message_id"] = message_id
+            values["born_at_ms"] = int(born)
+            values["topic"] = topic
+        elif name in _FIELD_TO_TEXT:
+            values[_FIELD_TO_TEXT[name]] = value.decode()
+        elif name in _FIELD_TO_INT:
+            values[_FIELD_TO_INT[name]] = int(value)
+        elif name == b"k":
+            values["keys"] = tuple(json.loads(value))
+        elif name == b"p":
+            values["properties"] = MappingProxyType(json.loads(value))
+    message = object.__new__(Message)
+    message.__dict__.update(values)
+    return message
 
 
 def prepared(message: Message) -> Message:
-    """The message as it is stored: an id and born time if it has none yet."""
-    updates: dict[str, Any] = {}
-    if not message.message_id:
-        updates["message_id"] = new_message_id()
-    if not message.born_at_ms:
-        updates["born_at_ms"] = now_ms()
+    """The message as it is stored: its body as bytes."""
     if isinstance(message.body, bytearray | memoryview):
-        updates["body"] = bytes(message.body)
-    return replace(message, **updates) if updates else message
+        return replace(message, body=bytes(message.body))
+    return message
 
 
 def user_properties(properties: Mapping[str, str]) -> dict[str, str]:

@@ -108,7 +108,8 @@ class Producer:
         self.max_message_bytes = max_message_bytes
         self._rng = rng or random.Random()
         self._sleep = sleep
-        self._known_topics: set[str] = set()
+        self._known_topics: set[str] = set()  # registered in the topics set
+        self._valid_topics: set[str] = set()
         self._async_workers = async_workers
         self._executor: ThreadPoolExecutor | None = None
         self._retrier = (OutboxRetrier(self.outbox, self._send_from_outbox, destination=self._destination,
@@ -223,9 +224,11 @@ class Producer:
     # -- internals -------------------------------------------------------------------
 
     def _checked(self, message: Message) -> Message:
-        validate_user_topic(message.topic)
+        if message.topic not in self._valid_topics:
+            validate_user_topic(message.topic)
+            self._valid_topics.add(message.topic)
         message = prepared(message)
-        validate_message(message, max_bytes=self.max_message_bytes)
+        validate_message(message, max_bytes=self.max_message_bytes, topic_checked=True)
         return message
 
     def _send_once(self, message: Message, delay_level: int) -> tuple[str, int]:

@@ -11,9 +11,11 @@ message is always in at least one place.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from brokers.rocketmq.connection import Connection
+from brokers.base import BrokerError
+from brokers.rocketmq.connection import Connection, translate
 from brokers.rocketmq.delay import delayed_args
 from brokers.rocketmq.message import Message, encode, new_message_id, now_ms
 from brokers.rocketmq.naming import dlq_topic, retry_topic
@@ -53,6 +55,27 @@ def failure_copy(message: Message, *, group: str, topic: str, level: int = 0, re
     )
 
 
+def _plan(connection: Connection, message: Message, *, group: str, max_reconsume_times: int,
+          requested_level: int, reason: str, acknowledge: bool, now: int):
+    """(outcome, script, keys, args) that store the copy and acknowledge the original."""
+    ack_stream = message.stream if acknowledge and message.entry_id else ""
+    entry_id = message.entry_id if ack_stream else ""
+    if message.reconsume_times >= max_reconsume_times or requested_level < 0:
+        copy = failure_copy(message, group=group, topic=dlq_topic(group), reason=reason, now=now)
+        fields: list = []
+        for name, value in encode(copy).items():
+            fields.extend((name, value))
+        return (SentBack("dlq", copy.topic, copy.message_id), connection.store_now,
+                [connection.keys.stream(copy.topic), ack_stream], [group, entry_id, *fields])
+    level = retry_level(message.reconsume_times, connection.delay_levels, requested_level=requested_level)
+    copy = failure_copy(message, group=group, topic=retry_topic(group), level=level, reason=reason, now=now)
+    due = now + int(level_delay(level, connection.delay_levels) * 1000)
+    script_keys, args = delayed_args(connection, copy, due, ack_stream=ack_stream, group=group,
+                                     entry_id=entry_id)
+    outcome = SentBack("retry", copy.topic, copy.message_id, level, due)
+    return outcome, connection.store_delayed, script_keys, args
+
+
 def send_back(connection: Connection, message: Message, *, group: str, max_reconsume_times: int,
               requested_level: int = 0, reason: str = "", acknowledge: bool = True) -> SentBack:
     """Store the retry or dead-letter copy of `message` and acknowledge the original.
@@ -61,23 +84,32 @@ def send_back(connection: Connection, message: Message, *, group: str, max_recon
     acknowledge; `acknowledge=False` or no entry id: nothing to acknowledge). Raises
     BrokerError if Redis refused or could not be reached; then nothing was acknowledged.
     """
-    now = now_ms()
-    ack_stream = message.stream if acknowledge and message.entry_id else ""
-    entry_id = message.entry_id if ack_stream else ""
-    if message.reconsume_times >= max_reconsume_times or requested_level < 0:
-        copy = failure_copy(message, group=group, topic=dlq_topic(group), reason=reason, now=now)
-        fields: list = []
-        for name, value in encode(copy).items():
-            fields.extend((name, value))
-        with connection.errors():
-            connection.store_now(keys=[connection.keys.stream(copy.topic), ack_stream],
-                                 args=[group, entry_id, *fields])
-        return SentBack("dlq", copy.topic, copy.message_id)
-    level = retry_level(message.reconsume_times, connection.delay_levels, requested_level=requested_level)
-    copy = failure_copy(message, group=group, topic=retry_topic(group), level=level, reason=reason, now=now)
-    due = now + int(level_delay(level, connection.delay_levels) * 1000)
-    script_keys, args = delayed_args(connection, copy, due, ack_stream=ack_stream, group=group,
-                                     entry_id=entry_id)
+    outcome, script, script_keys, args = _plan(
+        connection, message, group=group, max_reconsume_times=max_reconsume_times,
+        requested_level=requested_level, reason=reason, acknowledge=acknowledge, now=now_ms())
     with connection.errors():
-        connection.store_delayed(keys=script_keys, args=args)
-    return SentBack("retry", copy.topic, copy.message_id, level, due)
+        script(keys=script_keys, args=args)
+    return outcome
+
+
+def send_back_many(connection: Connection, failures: Sequence[tuple[Message, int, str]], *, group: str,
+                   max_reconsume_times: int) -> list[SentBack | BrokerError]:
+    """`send_back` for many (message, requested level, reason) in one round trip.
+
+    Each message still has its own script, so each is atomic on its own: one that
+    fails (its result is the BrokerError) leaves its original pending, as `send_back`.
+    """
+    now = now_ms()
+    plans = [_plan(connection, message, group=group, max_reconsume_times=max_reconsume_times,
+                   requested_level=level, reason=reason, acknowledge=True, now=now)
+             for message, level, reason in failures]
+    try:
+        with connection.errors():
+            pipe = connection.client.pipeline(transaction=False)
+            for _outcome, script, script_keys, args in plans:
+                script(keys=script_keys, args=args, client=pipe)
+            answers = pipe.execute(raise_on_error=False)
+    except BrokerError as exc:
+        return [exc] * len(plans)
+    return [translate(answer, connection.where) if isinstance(answer, Exception) else plan[0]
+            for plan, answer in zip(plans, answers, strict=True)]
