@@ -52,7 +52,7 @@ def test_json_payload_is_shown_pretty_with_every_property(page, viewer, make_clu
 
     page.get_by_role("link", name="All dead letters of orders-sub").click()
     page.wait_for_url("**/archive/?*")
-    assert page.locator("#results .count").inner_text() == "1 dead letter"
+    assert page.locator("#results .count").inner_text().startswith("1 dead letter")
 
 
 def test_binary_payload_is_shown_as_hex(page, viewer, make_cluster, make_dead_letters):
