@@ -79,8 +79,8 @@ BAD_INPUT = OpenApiResponse(
 NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such object.")
 BROKER_FAILED = OpenApiResponse(
     BrokerErrorSerializer,
-    description="The broker could not be reached or refused the call; nothing was changed "
-    "on the console's side.",
+    description="The broker could not be reached or refused the call. Nothing is lost: what a "
+    "failed collect had archived stays archived, the rest stays on the broker.",
 )
 CONFLICT = OpenApiResponse(ErrorSerializer, description="Refused in the object's current state.")
 
@@ -98,4 +98,4 @@ class NotFoundView(APIView):
     def get(self, request, *args, **kwargs):
         return self.http_method_not_allowed(request)
 
-    post = put = patch = delete = get
+    post = put = patch = delete = options = get

@@ -233,7 +233,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
         )
         return Response(self.get_serializer(cluster).data, status=status.HTTP_201_CREATED)
 
-    def update(self, request: Request, pk: str, partial: bool = False) -> Response:
+    def update(self, request: Request, pk: int, partial: bool = False) -> Response:
         cluster = self.get_object()
         serializer = self.get_serializer(cluster, data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
@@ -244,10 +244,10 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                                 **data)
         return Response(self.get_serializer(self.get_object()).data)
 
-    def partial_update(self, request: Request, pk: str) -> Response:
+    def partial_update(self, request: Request, pk: int) -> Response:
         return self.update(request, pk, partial=True)
 
-    def destroy(self, request: Request, pk: str) -> Response:
+    def destroy(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         try:
             services.cluster_delete(cluster=cluster, actor=request.user)
@@ -264,7 +264,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    "here (`reachable: false`), not an error.",
                    responses={200: ConnectionTestSerializer, 404: NOT_FOUND})
     @action(detail=True, methods=["post"], url_path="test")
-    def test_connection(self, request: Request, pk: str) -> Response:
+    def test_connection(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         reachable, message = services.cluster_test_connection(cluster=cluster)
         cluster.refresh_from_db(fields=["last_check_at"])
@@ -278,7 +278,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    responses={200: SubscriptionSerializer(many=True), 404: NOT_FOUND,
                               424: BROKER_FAILED})
     @action(detail=True, methods=["get"], pagination_class=None)
-    def subscriptions(self, request: Request, pk: str) -> Response:
+    def subscriptions(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         return Response(SubscriptionSerializer(_subscription_rows(cluster), many=True).data)
 
@@ -289,7 +289,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    request=RegisterSubscriptionSerializer,
                    responses={201: RegisteredSubscriptionSerializer, 400: BAD_INPUT, 404: NOT_FOUND})
     @subscriptions.mapping.post
-    def register_subscription(self, request: Request, pk: str) -> Response:
+    def register_subscription(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         serializer = RegisterSubscriptionSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -305,7 +305,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    responses={200: RebuildPlanSerializer, 400: BAD_INPUT, 404: NOT_FOUND,
                               424: BROKER_FAILED})
     @action(detail=True, methods=["get"], url_path="rebuild")
-    def rebuild_plan(self, request: Request, pk: str) -> Response:
+    def rebuild_plan(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         query = SubscriptionQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -319,7 +319,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    responses={200: RebuildPlanSerializer, 400: BAD_INPUT, 404: NOT_FOUND,
                               424: BROKER_FAILED})
     @rebuild_plan.mapping.post
-    def rebuild_apply(self, request: Request, pk: str) -> Response:
+    def rebuild_apply(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         body = SubscriptionQuerySerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -335,7 +335,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    responses={200: PeekedMessageSerializer(many=True), 400: BAD_INPUT,
                               404: NOT_FOUND, 424: BROKER_FAILED})
     @action(detail=True, methods=["get"], url_path="retry-queue", pagination_class=None)
-    def peek(self, request: Request, pk: str) -> Response:
+    def peek(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         query = PeekQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -351,7 +351,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    responses={200: CollectResultSerializer, 400: BAD_INPUT, 404: NOT_FOUND,
                               424: BROKER_FAILED})
     @action(detail=True, methods=["post"])
-    def collect(self, request: Request, pk: str) -> Response:
+    def collect(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         body = CollectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -371,7 +371,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
                    responses={200: DiscardOnBrokerResultSerializer, 400: BAD_INPUT, 404: NOT_FOUND,
                               424: BROKER_FAILED})
     @action(detail=True, methods=["post"], url_path="discard-dlq")
-    def discard_dead_letters(self, request: Request, pk: str) -> Response:
+    def discard_dead_letters(self, request: Request, pk: int) -> Response:
         cluster = self.get_object()
         body = DiscardOnBrokerSerializer(data=request.data)
         body.is_valid(raise_exception=True)
