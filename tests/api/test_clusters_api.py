@@ -289,3 +289,18 @@ def test_a_path_without_its_trailing_slash_is_a_json_404_not_a_crash(admin_api):
     assert response.status_code == 404
     assert "slash" in response.json()["error"]
     assert not Cluster.objects.exists()
+
+
+def test_a_kind_whose_adapter_is_not_installed_is_a_permanent_json_error(
+        operator_api, unreachable, monkeypatch):
+    """The registry imports an adapter on first use; a missing one must not become a 500."""
+    import brokers
+
+    monkeypatch.setitem(brokers.ADAPTER_PATHS, "rabbitmq", "brokers.not_installed.adapter.Adapter")
+    response = operator_api.get(f"/api/v1/clusters/{unreachable.pk}/subscriptions/")
+    assert_broker_error(response)
+    assert response.json()["permanent"] is True
+    collect = operator_api.post(f"/api/v1/clusters/{unreachable.pk}/collect/",
+                                {"subscription": "orders"}, format="json")
+    assert_broker_error(collect)
+    assert AuditEntry.objects.get(action="archive.collect").result == "error"
