@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ast
 import threading
-from pathlib import Path
 import uuid
+from pathlib import Path
 
 from brokers import adapter_for
 from brokers.base import ClusterConfig
