@@ -1,0 +1,204 @@
+"""Benchmark: Pulsar dead letters into the archive and back, against a raw client loop.
+
+N dead letters (default 100,000, with the properties `RetryConsumer` puts on them) sit
+on the DLQ of a subscription on an embedded pulsar-lite broker started here. Measured:
+
+- collect: `PulsarAdapter.collect_dead_letters` into the archive (`archive_store` on
+  PostgreSQL; each batch acknowledged only after its commit);
+- republish: the replay path, archived rows read back and `PulsarAdapter.republish`ed
+  to their REAL_TOPIC with broker confirms, in chunks;
+- baseline: the raw `pulsar-client` loop on another DLQ holding the same N letters in
+  the same run: receive, send_async to a topic, acknowledge, then flush (no console code).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
+        .venv/bin/python bench/pulsar_dlq.py --n 100000
+
+The archive goes to its own database (`<name>_bench_pulsar` next to the one in
+DATABASE_URL), migrated here; this run's rows are deleted afterwards. Each line is
+JSON; the last one sums up (rate and ratio of the slower of collect and republish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BODY = b'{"order": 123456, "customer": "c-42", "amount": "19.90", "currency": "EUR", "lines": 3}'
+
+
+def bench_database_url(url: str) -> str:
+    parts = urlsplit(url)
+    name = (parts.path.lstrip("/") or "postgres") + "_bench_pulsar"
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def ensure_database(url: str) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as connection:
+        if not connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def setup_django(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def fill(client, topology, n: int) -> None:
+    """N dead letters as `RetryConsumer` leaves them, the DLQ subscribed first."""
+    from brokers.pulsar.naming import CONSOLE_SUBSCRIPTION
+    from brokers.pulsar.retry import dead_letter_subscription_ensure
+
+    dead_letter_subscription_ensure(client, topology.dead_letter_topic, CONSOLE_SUBSCRIPTION)
+    producer = client.create_producer(topology.dead_letter_topic, batching_enabled=True,
+                                      batching_max_messages=1000, block_if_queue_full=True,
+                                      max_pending_messages=10_000)
+    for i in range(n):
+        producer.send_async(BODY, None, properties={
+            "REAL_TOPIC": topology.source, "ORIGIN_MESSAGE_ID": f"(7,{i},-1,-1)",
+            "RETRY_TOPIC": topology.retry_topic, "RECONSUMETIMES": "16", "DELAY_TIME": "7200000",
+            "error": "TimeoutException: payment gateway", "tenant": "acme"})
+    producer.flush()
+    producer.close()
+
+
+def raw_loop(client, dlq: str, destination: str, n: int) -> float:
+    import pulsar
+
+    from brokers.pulsar.naming import CONSOLE_SUBSCRIPTION
+
+    consumer = client.subscribe(dlq, CONSOLE_SUBSCRIPTION, consumer_type=pulsar.ConsumerType.Shared,
+                                receiver_queue_size=1000)
+    producer = client.create_producer(destination, batching_enabled=True, batching_max_publish_delay_ms=5,
+                                      block_if_queue_full=True, max_pending_messages=10_000)
+    started = time.perf_counter()
+    for _ in range(n):
+        message = consumer.receive(30_000)
+        producer.send_async(message.data(), None, properties=message.properties())
+        consumer.acknowledge(message)
+    producer.flush()
+    elapsed = time.perf_counter() - started
+    producer.close()
+    consumer.close()
+    return elapsed
+
+
+def console_path(config, cluster, subscription: str, n: int, batch: int,
+                 chunk_size: int) -> tuple[float, float]:
+    from brokers import adapter_for
+    from brokers.base import ReplayMessage
+    from console.archive.models import DeadLetter
+    from console.archive.services import archive_store
+
+    def sink(letters):
+        archive_store(cluster=cluster, letters=letters)
+
+    with adapter_for(config) as adapter:
+        started = time.perf_counter()
+        collected = adapter.collect_dead_letters(subscription, sink, batch_size=batch)
+        collect_seconds = time.perf_counter() - started
+        if collected != n:
+            raise SystemExit(f"collected {collected} of {n}")
+        started = time.perf_counter()
+        rows = (DeadLetter.objects.filter(cluster=cluster, subscription=subscription).order_by("id")
+                .values_list("id", "subscription", "source", "payload", "properties", "origin_message_id"))
+        confirmed = 0
+        chunk: list[ReplayMessage] = []
+        for row_id, sub, source, payload, properties, origin in rows.iterator(chunk_size=5000):
+            chunk.append(ReplayMessage(key=str(row_id), subscription=sub, source=source,
+                                       payload=bytes(payload), properties=properties,
+                                       origin_message_id=origin))
+            if len(chunk) >= chunk_size:
+                confirmed += sum(o.confirmed for o in adapter.republish(chunk))
+                chunk = []
+        if chunk:
+            confirmed += sum(o.confirmed for o in adapter.republish(chunk))
+        republish_seconds = time.perf_counter() - started
+    if confirmed != n:
+        raise SystemExit(f"republished {confirmed} of {n}")
+    return collect_seconds, republish_seconds
+
+
+def line(name: str, n: int, seconds: float, baseline_seconds: float, **extra) -> dict:
+    rate, baseline = n / seconds, n / baseline_seconds
+    result = {"name": name, "n": n, "rate": round(rate, 1), "baseline_rate": round(baseline, 1),
+              "ratio": round(rate / baseline, 3), **extra}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=1000, help="collect batch size")
+    parser.add_argument("--replay-chunk", type=int, default=5000, help="messages per republish call")
+    args = parser.parse_args()
+    n = args.n
+
+    database_url = bench_database_url(os.environ.get("DATABASE_URL",
+                                                     "postgres://postgres@127.0.0.1:5432/postgres"))
+    ensure_database(database_url)
+    setup_django(database_url)
+
+    from brokers.base import ClusterConfig, KnownSubscription
+    from brokers.pulsar.embedded import EmbeddedPulsar
+    from brokers.pulsar.naming import retry_topology
+    from brokers.pulsar.retry import client_connect
+    from console.archive.models import DeadLetter
+    from console.clusters.models import Cluster
+
+    tag = uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="redrive-bench-pulsar-") as data_dir, \
+            EmbeddedPulsar(data_dir) as broker:
+        source = f"persistent://public/default/bench-{tag}-orders"
+        console_topology = retry_topology(source, f"bench-{tag}-billing")
+        raw_topology = retry_topology(source, f"bench-{tag}-raw")
+        config = ClusterConfig(
+            kind="pulsar", name=f"bench-{tag}", service_url=broker.service_url,
+            known_subscriptions=(KnownSubscription(console_topology.subscription, source, "Shared"),),
+            timeout_seconds=30)
+        cluster = Cluster.objects.create(kind="pulsar", name=config.name, service_url=broker.service_url)
+        client = client_connect(broker.service_url, timeout_seconds=30)
+        try:
+            print(f"filling two DLQs with {n} dead letters each", flush=True)
+            fill(client, console_topology, n)
+            fill(client, raw_topology, n)
+            baseline = raw_loop(client, raw_topology.dead_letter_topic, f"{source}-raw-destination", n)
+            collect_seconds, republish_seconds = console_path(
+                config, cluster, console_topology.subscription, n, args.batch, args.replay_chunk)
+        finally:
+            client.close()
+            DeadLetter.objects.filter(cluster=cluster).delete()
+            cluster.delete()
+    machine = (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
+               f"Python {platform.python_version()}")
+    collect = line("pulsar_collect", n, collect_seconds, baseline, batch=args.batch)
+    republish = line("pulsar_republish", n, republish_seconds, baseline, chunk=args.replay_chunk)
+    slower = min(collect, republish, key=lambda r: r["ratio"])
+    line("pulsar_dlq", n, n / slower["rate"], baseline, collect_ratio=collect["ratio"],
+         republish_ratio=republish["ratio"], machine=machine)
+
+
+if __name__ == "__main__":
+    main()
