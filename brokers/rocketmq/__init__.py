@@ -20,6 +20,12 @@ This package is the only place that imports redis-py. See docs/rocketmq.md.
 
 from __future__ import annotations
 
-from brokers.rocketmq.schedule import DEFAULT_DELAY_LEVELS, RetryStep, retry_schedule, retry_step
+from brokers.rocketmq.schedule import (
+    DEFAULT_DELAY_LEVELS,
+    RetryStep,
+    dead_letter_retry_schedule,
+    retry_schedule,
+    retry_step,
+)
 
-__all__ = ["DEFAULT_DELAY_LEVELS", "RetryStep", "retry_schedule", "retry_step"]
+__all__ = ["DEFAULT_DELAY_LEVELS", "RetryStep", "dead_letter_retry_schedule", "retry_schedule", "retry_step"]

@@ -14,9 +14,9 @@ and due time, so an operator sees when a message was (or will be) tried again.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DEFAULT_MAX_RECONSUME_TIMES = 16
@@ -117,3 +117,24 @@ def retry_schedule(*, first_failed_at: datetime,
         if step.due_at is not None:
             failed_at = step.due_at + timedelta(seconds=processing_seconds)
     return steps
+
+
+def dead_letter_retry_schedule(properties: Mapping[str, str], *,
+                               delay_levels: str | Sequence[float] = DEFAULT_DELAY_LEVELS) -> list[RetryStep]:
+    """The schedule a dead letter followed, from the properties it carries.
+
+    Reads FIRST_FAILURE_AT (ms since the epoch) and RECONSUME_TIMES (on a DLQ copy:
+    the number of failed deliveries, so the retries made are one fewer). Returns one
+    step per failure, the last one "dlq"; due times assume each retry failed at once,
+    so they are the earliest times the retries could have run. Empty when the
+    properties do not say (a message that was not dead-lettered by a consumer).
+    """
+    try:
+        first_ms = int(properties.get("FIRST_FAILURE_AT", "0"))
+        failures = int(properties.get("RECONSUME_TIMES", "0"))
+    except ValueError:
+        return []
+    if first_ms <= 0 or failures <= 0:
+        return []
+    first = datetime.fromtimestamp(first_ms / 1000, tz=UTC)
+    return retry_schedule(first_failed_at=first, max_reconsume_times=failures - 1, delay_levels=delay_levels)

@@ -18,6 +18,7 @@ from brokers.rocketmq.consumer import ConsumeResult, PushConsumer, RetryLater
 from brokers.rocketmq.delay import DelayScheduler
 from brokers.rocketmq.message import Message, decode
 from brokers.rocketmq.producer import Producer
+from brokers.rocketmq.schedule import dead_letter_retry_schedule
 from brokers.rocketmq.topology import registrations
 from tests.fixtures.rocketmq import wait_for
 
@@ -125,6 +126,8 @@ def test_max_three_means_four_deliveries_then_the_dlq(rocketmq_connection):
     [dead] = stream(rocketmq_connection, f"%DLQ%{group}")
     assert dead.origin_message_id == sent.message_id and dead.reconsume_times == 4
     assert dead.message_id not in ids
+    steps = dead_letter_retry_schedule(dead.all_properties(), delay_levels=rocketmq_connection.delay_levels)
+    assert [(s.destination, s.level) for s in steps] == [("retry", 3), ("retry", 4), ("retry", 5), ("dlq", 0)]
     assert delayed(rocketmq_connection, f"%RETRY%{group}") == []
 
 

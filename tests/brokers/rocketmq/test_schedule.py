@@ -8,6 +8,7 @@ import pytest
 
 from brokers.rocketmq.schedule import (
     DEFAULT_DELAY_LEVELS,
+    dead_letter_retry_schedule,
     parse_delay_levels,
     retry_level,
     retry_schedule,
@@ -70,3 +71,13 @@ def test_a_configured_table_is_used_and_a_bad_one_is_a_clear_error():
         parse_delay_levels("1s 5 minutes")
     with pytest.raises(ValueError, match="empty"):
         parse_delay_levels("")
+
+
+def test_a_dead_letters_schedule_is_read_from_its_properties():
+    first_ms = int(FAILED.timestamp() * 1000)
+    steps = dead_letter_retry_schedule({"FIRST_FAILURE_AT": str(first_ms), "RECONSUME_TIMES": "4"})
+    assert [(s.destination, s.level, s.wait_seconds) for s in steps] == [
+        ("retry", 3, 10), ("retry", 4, 30), ("retry", 5, 60), ("dlq", 0, 0)]
+    assert steps[0].failed_at == FAILED
+    assert dead_letter_retry_schedule({"tenant": "acme"}) == []
+    assert dead_letter_retry_schedule({"FIRST_FAILURE_AT": "x", "RECONSUME_TIMES": "2"}) == []
