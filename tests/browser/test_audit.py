@@ -82,3 +82,21 @@ def test_audit_log_filters_by_action_and_the_export_keeps_the_filter(page, admin
         lines = exported.read().splitlines()
     assert lines[0] == "created_at,actor,action,cluster,subscription,count,result,detail"
     assert len(lines) == 2 and ",archive.discard,east," in lines[1]
+
+
+def test_audit_pages_keep_the_filter(page, admin_user, operator):
+    from console.audit.services import audit_record
+
+    for number in range(101):
+        audit_record(actor=operator, action="archive.discard", subscription=f"sub-{number}", count=1)
+    audit_record(actor=admin_user, action="cluster.create")
+    log_in(page, admin_user)
+    page.goto("/audit/?action=archive.discard")
+    assert page.locator(".pager span").inner_text() == "page 1 of 2"
+    page.get_by_role("link", name="older →").click()
+    page.wait_for_url("**page=2")
+    assert page.locator(".pager span").inner_text() == "page 2 of 2"
+    # One discard left for page two; the cluster.create entry is filtered out.
+    assert page.locator("tbody tr").all_inner_texts() == [page.locator("tbody tr").inner_text()]
+    assert "archive.discard" in page.locator("tbody tr").inner_text()
+    assert page.locator("form.filters input[name=action]").input_value() == "archive.discard"

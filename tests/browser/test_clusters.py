@@ -130,3 +130,32 @@ def test_connection_test_without_javascript_reports_in_a_message(nojs_page, admi
 
     assert page.locator(".messages .msg-error").inner_text().startswith("Unreachable: ")
     assert page.locator("#connection .badge").inner_text() == "unreachable"
+
+
+def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(page, admin_user, make_cluster,
+                                                                 make_dead_letters):
+    from console.audit.models import AuditEntry
+
+    empty = make_cluster("rabbitmq", name="empty-one", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F")
+    busy = make_cluster("rabbitmq", name="busy-one", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F")
+    make_dead_letters(busy, 1)
+    log_in(page, admin_user)
+
+    page.goto(f"/clusters/{busy.pk}/")
+    # Folded away until asked for.
+    assert not page.get_by_role("button", name="Delete cluster").is_visible()
+    page.get_by_text("Delete this cluster…").click()
+    page.get_by_role("button", name="Delete cluster").click()
+    page.wait_for_load_state()
+    assert page.locator(".messages .msg-error").inner_text().startswith(
+        "Cluster busy-one still has archived dead letters")
+    assert Cluster.objects.filter(pk=busy.pk).exists()
+
+    page.goto(f"/clusters/{empty.pk}/")
+    page.get_by_text("Delete this cluster…").click()
+    page.get_by_role("button", name="Delete cluster").click()
+    page.wait_for_url("**/clusters/")
+    assert page.locator(".messages .msg-success").inner_text() == "Cluster empty-one deleted."
+    assert page.get_by_role("link", name="empty-one").count() == 0
+    assert not Cluster.objects.filter(pk=empty.pk).exists()
+    assert AuditEntry.objects.filter(action="cluster.delete", cluster_name="empty-one").count() == 1
