@@ -11,10 +11,11 @@ RocketMQ's retry model, kept faithfully, on a store we run:
   stream;
 - the simple consumer's invisible duration is a deadline per received message.
 
-Modules: `message` (the message and its wire form), `naming` (Redis keys), `schedule`
-(delay levels and the retry schedule, pure functions), `connection`, `delay` (delay set
-and scheduler), `retry` (sending a failed message back), `producer` and `outbox`,
-`consumer` (push consumer), `simple` (simple consumer), `adapter` (the console side).
+Modules: `message` (the message and its wire form), `naming` (Redis keys), `topology`
+(groups and their retry/DLQ streams), `schedule` (delay levels and the retry schedule,
+pure functions), `connection`, `delay` (delay set and scheduler), `retry` (sending a
+failed message back), `producer` and `outbox`, `consumer` (push consumer), `simple`
+(simple consumer), `adapter` (the console side).
 This package is the only place that imports redis-py. See docs/rocketmq.md.
 """
 
