@@ -16,10 +16,13 @@ A subscription here is a consuming queue `{queue}`; its retry queue is
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from queue import Empty, Full, Queue
 from typing import Any
 
 import pika
@@ -110,6 +113,130 @@ def _rate(stats: Mapping[str, Any] | None, name: str) -> float | None:
     details = (stats or {}).get(f"{name}_details") or {}
     rate = details.get("rate")
     return float(rate) if isinstance(rate, int | float) else None
+
+
+class _DeadLetterReader(threading.Thread):
+    """Reads a DLQ for `collect_dead_letters` on its own connection, in its own thread.
+
+    Everything touching the AMQP connection happens in this thread (pika connections
+    are not thread-safe): it hands batches over through `batches` and sends the acks
+    the caller queues in `acks`, in order, each only after the caller's sink returned.
+    If the caller fails, the reader closes the connection without acknowledging the
+    rest, and RabbitMQ puts those messages back.
+    """
+
+    AHEAD = 2  # batches handed over but not yet acknowledged, besides the one in the sink
+
+    def __init__(self, adapter: RabbitMQAdapter, subscription: str, *, limit: int | None,
+                 batch_size: int) -> None:
+        super().__init__(name=f"redrive-collect-{subscription}", daemon=True)
+        self.adapter = adapter
+        self.subscription = subscription
+        self.queue_name = failed_queue(subscription)
+        self.limit = limit
+        self.batch_size = batch_size
+        self.batches: Queue[tuple[str, Any, int]] = Queue(maxsize=self.AHEAD)
+        self.acks: Queue[int] = Queue()
+        self.stopping = threading.Event()
+        self.acked = 0
+
+    # caller's side
+    def next_item(self) -> tuple[str, Any, int]:
+        while True:
+            try:
+                kind, value, tag = self.batches.get(timeout=0.5)
+            except Empty:
+                if not self.is_alive():
+                    raise BrokerError("the dead-letter reader stopped unexpectedly") from None
+                continue
+            if kind == "error":
+                raise value
+            return kind, value, tag
+
+    def acknowledge(self, tag: int) -> None:
+        self.acks.put(tag)
+
+    def finish(self) -> None:
+        """Stop the reader and wait until its connection is closed (so, after a failure,
+        RabbitMQ has put every unacknowledged message back before the caller goes on)."""
+        self.stopping.set()
+        self.join()
+
+    # reader's side
+    def run(self) -> None:
+        try:
+            self._read()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
+            self._put(("error", exc, 0))
+
+    def _put(self, item: tuple[str, Any, int]) -> bool:
+        """Hand an item over, sending acks while the caller is busy; False if stopping."""
+        while True:
+            try:
+                self.batches.put(item, timeout=0.05)
+                return True
+            except Full:
+                if self.stopping.is_set():
+                    return False
+                self._send_acks()
+
+    def _send_acks(self) -> None:
+        while True:
+            try:
+                tag = self.acks.get_nowait()
+            except Empty:
+                return
+            self.channel.basic_ack(delivery_tag=tag, multiple=True)
+            self.acked = tag
+
+    def _read(self) -> None:
+        adapter, name = self.adapter, self.queue_name
+        with adapter._connection(f"collecting {name!r}") as connection:
+            self.channel = channel = connection.channel()
+            waiting = adapter._open_queue(channel, name)
+            target = waiting if self.limit is None else min(max(int(self.limit), 0), waiting)
+            if target > 0:
+                self._consume(channel, target)
+            self._put(("end", None, 0))
+            # Wait for the caller's last acks (it sets `stopping` once its sink is done).
+            while not self.stopping.is_set():
+                connection.process_data_events(time_limit=0.05)
+                self._send_acks()
+            self._send_acks()
+
+    def _consume(self, channel: Any, target: int) -> None:
+        prefetch = min(target, self.batch_size * (self.AHEAD + 1), 65535)
+        channel.basic_qos(prefetch_count=prefetch)
+        idle_limit = max(self.adapter.config.timeout_seconds, 1.0)
+        batch: list[DeadLetter] = []
+        seen: dict[str, int] = {}
+        received = last_tag = 0
+        idle_since = time.monotonic()
+        for method, properties, body in channel.consume(self.queue_name, inactivity_timeout=0.05):
+            self._send_acks()
+            if self.stopping.is_set():
+                return
+            if method is None:
+                # Silence with room in the prefetch window means the queue is empty (someone
+                # else drained it); with the window full, it means the caller is busy.
+                if received - self.acked < prefetch and time.monotonic() - idle_since > idle_limit:
+                    break
+                continue
+            idle_since = time.monotonic()
+            batch.append(self.adapter._dead_letter(self.queue_name, self.subscription, method,
+                                                   properties, body, seen))
+            received += 1
+            last_tag = method.delivery_tag
+            if len(batch) >= self.batch_size or received >= target:
+                if not self._put(("batch", batch, last_tag)):
+                    return
+                batch = []
+            if received >= target:
+                break
+        if batch and not self._put(("batch", batch, last_tag)):
+            return
+        # Deliveries prefetched past the target go back to the queue, unacknowledged.
+        channel.cancel()
 
 
 class RabbitMQAdapter(BrokerAdapter):
@@ -397,40 +524,29 @@ class RabbitMQAdapter(BrokerAdapter):
 
     def collect_dead_letters(self, subscription: str, sink: DeadLetterSink, *, limit: int | None = None,
                              batch_size: int = 500) -> int:
+        """Drain `{queue}@failed` into `sink`, batch by batch, acknowledging after the sink.
+
+        The AMQP side runs in a reader thread with its own connection, a batch or two
+        ahead, so RabbitMQ's deliveries and the archive's commits overlap; the sink runs
+        on the calling thread (the archive's database connection belongs to it).
+        """
         validate_queue_name(subscription)
-        queue = failed_queue(subscription)
-        batch_size = max(int(batch_size), 1)
+        reader = _DeadLetterReader(self, subscription, limit=limit, batch_size=max(int(batch_size), 1))
+        reader.start()
         moved = 0
-        with self._connection(f"collecting {queue!r}") as connection:
-            channel = connection.channel()
-            waiting = self._open_queue(channel, queue)
-            target = waiting if limit is None else min(max(int(limit), 0), waiting)
-            if target == 0:
-                return 0
-            # Two batches in flight: the next one streams in while the sink commits this one.
-            channel.basic_qos(prefetch_count=min(target, batch_size * 2, 65535))
-            batch: list[DeadLetter] = []
-            last_tag = 0
-            received = 0
-            seen: dict[str, int] = {}
-            for method, properties, body in channel.consume(
-                    queue, inactivity_timeout=max(self.config.timeout_seconds, 1.0)):
-                if method is not None:
-                    batch.append(self._dead_letter(queue, subscription, method, properties, body, seen))
-                    last_tag = method.delivery_tag
-                    received += 1
-                if batch and (method is None or len(batch) >= batch_size or received >= target):
-                    # The sink returns only once the batch is committed; acking after it means
-                    # a crash in between leaves the batch on the broker, and the stable ids
-                    # make collecting it again harmless.
-                    sink(batch)
-                    channel.basic_ack(delivery_tag=last_tag, multiple=True)
-                    moved += len(batch)
-                    batch = []
-                if method is None or received >= target:
+        try:
+            while True:
+                kind, letters, tag = reader.next_item()
+                if kind == "end":
                     break
-            # Messages prefetched past the target go back to the queue, unacknowledged.
-            channel.cancel()
+                # The sink returns only once the batch is committed; the ack is sent after
+                # it, so a crash in between leaves the batch on the broker, and the stable
+                # ids make collecting it again harmless.
+                sink(letters)
+                reader.acknowledge(tag)
+                moved += len(letters)
+        finally:
+            reader.finish()
         return moved
 
     # peek -------------------------------------------------------------------------------
