@@ -13,7 +13,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 
-from console.api.base import ApiViewSet
+from console.api.base import BAD_INPUT, ApiViewSet
 from console.audit.models import AuditEntry
 from console.audit.selectors import audit_csv_rows, audit_entry_list
 
@@ -28,6 +28,12 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         fields = ["id", "created_at", "actor", "action", "cluster", "subscription", "count",
                   "result", "detail"]
         read_only_fields = fields
+
+
+class AuditFilterSerializer(serializers.Serializer):
+    # CharField refuses NUL characters, which PostgreSQL cannot compare against.
+    action = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
+    actor = serializers.CharField(required=False, allow_blank=True, max_length=150, default="")
 
 
 class CsvRenderer(BaseRenderer):
@@ -54,7 +60,8 @@ AUDIT_FILTERS = [
 
 @extend_schema(tags=["audit"])
 @extend_schema_view(
-    list=extend_schema(operation_id="audit_list", summary="The audit log (admin)", parameters=AUDIT_FILTERS),
+    list=extend_schema(operation_id="audit_list", summary="The audit log (admin)", parameters=AUDIT_FILTERS,
+                       responses={200: AuditEntrySerializer(many=True), 400: BAD_INPUT}),
 )
 class AuditEntryViewSet(mixins.ListModelMixin, ApiViewSet):
     serializer_class = AuditEntrySerializer
@@ -62,8 +69,10 @@ class AuditEntryViewSet(mixins.ListModelMixin, ApiViewSet):
     read_permission = "audit.view_auditentry"
 
     def get_queryset(self):
-        params = self.request.query_params
-        return audit_entry_list(action=params.get("action", ""), actor=params.get("actor", ""))
+        # Validated before the export starts streaming, so bad input is still a clean 400.
+        filters = AuditFilterSerializer(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        return audit_entry_list(**filters.validated_data)
 
     @extend_schema(summary="Export the audit log as CSV (admin)", operation_id="audit_export_csv",
                    parameters=AUDIT_FILTERS,
@@ -71,7 +80,8 @@ class AuditEntryViewSet(mixins.ListModelMixin, ApiViewSet):
                        OpenApiTypes.STR,
                        description="Columns: created_at, actor, action, cluster, subscription, "
                        "count, result, detail. Cells a spreadsheet would run as a formula are "
-                       "prefixed with a quote.")})
+                       "prefixed with a quote."),
+                              (400, "application/json"): BAD_INPUT})
     @action(detail=False, methods=["get"], renderer_classes=[JSONRenderer, CsvRenderer],
             pagination_class=None)
     def export(self, request: Request) -> StreamingHttpResponse:

@@ -67,7 +67,20 @@ class ClusterSerializer(serializers.ModelSerializer):
             return {}
         if not isinstance(value, dict):
             raise serializers.ValidationError("Options must be a JSON object.")
+        if _holds_nul(value):
+            # PostgreSQL's jsonb cannot store it: refuse here rather than fail at save.
+            raise serializers.ValidationError("Options must not contain NUL characters.")
         return value
+
+
+def _holds_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 class ConnectionTestSerializer(serializers.Serializer):

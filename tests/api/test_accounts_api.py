@@ -116,6 +116,7 @@ def test_admin_lists_users_with_their_roles(api_client_as, admin_user, viewer, o
     ({"password": "password123"}, "password"),
     ({"username": "bad name!"}, "username"),
     ({"username": ""}, "username"),
+    ({"username": "nul\x00"}, "username"),
     ({"email": "not-an-email"}, "email"),
 ])
 def test_bad_user_input_is_a_400_and_creates_nobody(api_client_as, admin_user, body, field):

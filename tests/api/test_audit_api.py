@@ -68,3 +68,11 @@ def test_an_operator_cannot_read_the_audit_log(api_client_as, operator, entries,
     response = api_client_as(operator).get(url)
     assert response.status_code == 403
     assert b"archive.discard" not in response.content
+
+
+@pytest.mark.parametrize("url", ["/api/v1/audit/", "/api/v1/audit/export/"])
+@pytest.mark.parametrize("query", [{"action": "a\x00b"}, {"actor": "\x00"}, {"action": "x" * 65}])
+def test_a_malformed_audit_filter_is_a_400(api_client_as, admin_user, entries, url, query):
+    response = api_client_as(admin_user).get(url, query)
+    assert response.status_code == 400
+    assert set(response.json()) <= {"action", "actor"}

@@ -115,6 +115,10 @@ def test_editing_without_a_password_keeps_the_stored_one(admin_api, make_cluster
     ({"options": "{broken json"}, "options"),
     ({"collect_interval_seconds": -5}, "collect_interval_seconds"),
     ({"service_url": "x" * 501}, "service_url"),
+    # PostgreSQL cannot store NUL in text or jsonb: refused as input, not a crash at save.
+    ({"name": "nul\x00name"}, "name"),
+    ({"options": {"vhost": "a\x00b"}}, "options"),
+    ({"options": {"nested": [{"k\x00": 1}]}}, "options"),
 ])
 def test_bad_cluster_input_is_a_400_and_writes_nothing(admin_api, body, field):
     response = admin_api.post("/api/v1/clusters/", {**cluster_body("bad-one"), **body}, format="json")
@@ -262,11 +266,16 @@ def test_admin_registers_a_subscription_once_and_it_is_audited(admin_api, admin_
     assert [sub["name"] for sub in detail["registered"]] == ["billing"]
 
 
-def test_registering_without_a_source_is_a_400(admin_api, unreachable):
-    response = admin_api.post(f"/api/v1/clusters/{unreachable.pk}/subscriptions/", {"name": "x"},
-                              format="json")
-    assert response.status_code == 400 and "source" in response.json()
+@pytest.mark.parametrize(("body", "field"), [
+    ({"name": "x"}, "source"),
+    ({"name": "x\x00", "source": "s"}, "name"),
+    ({"name": "x", "source": "s" * 501}, "source"),
+])
+def test_registering_bad_input_is_a_400(admin_api, unreachable, body, field):
+    response = admin_api.post(f"/api/v1/clusters/{unreachable.pk}/subscriptions/", body, format="json")
+    assert response.status_code == 400 and field in response.json()
     assert not RegisteredSubscription.objects.exists()
+    assert not AuditEntry.objects.exists()
 
 
 def test_a_wrong_broker_password_is_a_permanent_json_error_that_never_echoes_it(

@@ -96,6 +96,9 @@ def test_filters_by_collection_time(viewer_api, archive):
     ({"cluster": "east"}, "cluster"),
     ({"cluster": "0"}, "cluster"),
     ({"text": "x" * 501}, "text"),
+    ({"text": "a\x00b"}, "text"),
+    ({"property": "k\x00=v"}, "property"),
+    ({"subscription": "\x00"}, "subscription"),
 ])
 def test_malformed_filters_are_a_400_saying_which(viewer_api, archive, query, field):
     response = viewer_api.get("/api/v1/dead-letters/", query)
@@ -185,7 +188,7 @@ def test_an_operator_discards_a_selection_and_it_is_audited_per_subscription(
 
 
 @pytest.mark.parametrize("body", [{}, {"ids": []}, {"ids": ["one"]}, {"ids": [0]}, {"ids": "1,2"},
-                                  {"ids": [1], "reason": "r" * 501}])
+                                  {"ids": [1], "reason": "r" * 501}, {"ids": [1], "reason": "a\x00"}])
 def test_a_malformed_discard_is_a_400_and_changes_nothing(api_client_as, operator, archive, body):
     response = api_client_as(operator).post("/api/v1/dead-letters/discard/", body, format="json")
     assert response.status_code == 400
