@@ -108,13 +108,16 @@ class _Run:
         # A channel error (e.g. 404: the exchange does not exist) settles everything in
         # flight as failed; nothing was confirmed, so the archive keeps those letters.
         error = broker_error(reason, self.config, doing="replaying")
+        # Only a missing exchange (404) condemns every message alike; any other channel
+        # error was caused by one message and says nothing certain about the others.
+        permanent = getattr(reason, "reply_code", None) == 404
         for index in self.in_flight.values():
             self.results[index].error = error.message
-            self.results[index].permanent = error.permanent
+            self.results[index].permanent = permanent
         self.in_flight.clear()
         for result in self.results[self.next_index:]:
             result.error = error.message
-            result.permanent = error.permanent
+            result.permanent = permanent
         self.next_index = len(self.publications)
         self._finish()
 
@@ -180,9 +183,12 @@ class _Run:
         if self.closing:
             return
         self.closing = True
-        if self.connection is not None and not (self.connection.is_closing or self.connection.is_closed):
-            self.connection.close()
+        connection = self.connection
+        if connection is not None and connection.is_open:
+            connection.close()
         else:
+            # Still connecting (or already closed): just stop waiting; closing a
+            # connection that never opened is not allowed by pika.
             self._stop()
 
     def _stop(self) -> None:

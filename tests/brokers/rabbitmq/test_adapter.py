@@ -305,6 +305,11 @@ def test_peek_puts_every_message_back_in_order(rabbitmq_harness, adapter):
     assert "requeue" in PEEK_EXPLANATION
 
 
+def test_peek_at_an_empty_retry_queue_shows_nothing(rabbitmq_harness, adapter):
+    name = rabbitmq_harness.new_subscription()
+    assert adapter.peek_retry_queue(name) == []
+
+
 def test_wrong_credentials_are_a_clear_permanent_error(rabbitmq_harness):
     config = rabbitmq_harness.cluster_config(password="not-the-password")
     with RabbitMQAdapter(config) as adapter:
@@ -344,3 +349,20 @@ def test_bad_options_are_a_clear_error(rabbitmq_harness):
         adapter_for(rabbitmq_harness.cluster_config(options={"retry_ttl_ms": "soon"}))
     with pytest.raises(BrokerError, match="amqp://"):
         adapter_for(rabbitmq_harness.cluster_config(service_url="http://x")).check_connection()
+
+
+def test_an_unreachable_broker_is_a_temporary_error_for_every_operation(rabbitmq_harness):
+    with adapter_for(rabbitmq_harness.unreachable_config()) as adapter:
+        calls = [
+            adapter.list_subscriptions,
+            lambda: adapter.collect_dead_letters("orders", lambda batch: None),
+            lambda: adapter.peek_retry_queue("orders"),
+            lambda: adapter.republish([ReplayMessage(key="1", subscription="orders", source="o",
+                                                     payload=b"x")]),
+            lambda: adapter.discard_dead_letters("orders"),
+        ]
+        for call in calls:
+            with pytest.raises(BrokerError) as caught:
+                call()
+            assert not caught.value.permanent
+            assert "cannot reach" in str(caught.value)

@@ -16,7 +16,7 @@ import pika
 import pytest
 import requests
 
-from brokers.base import BrokerError
+from brokers.base import BrokerError, ReplayMessage
 from brokers.rabbitmq.adapter import RabbitMQAdapter
 from brokers.rabbitmq.consumer import RetryingConsumer, publish_json
 from brokers.rabbitmq.topology import declare_subscription, failed_queue, retry_queue, validate_queue_name
@@ -160,6 +160,12 @@ def test_non_json_and_five_megabyte_bodies_survive_retry_and_dead_lettering(make
     letters = collect(harness, name)
     assert sorted(len(x.payload) for x in letters) == [len(b"\xff\xfe not json \x00"), len(big)]
     assert {x.payload for x in letters} == {b"\xff\xfe not json \x00", big}
+
+    replays = [ReplayMessage(key=str(i), subscription=name, source=x.source, payload=x.payload,
+                             properties=x.properties) for i, x in enumerate(letters)]
+    with RabbitMQAdapter(harness.cluster_config()) as adapter:
+        assert all(o.confirmed for o in adapter.republish(replays))
+    assert {body for body, _ in harness.receive(name, 2)} == {b"\xff\xfe not json \x00", big}
 
 
 class Crash(BaseException):
