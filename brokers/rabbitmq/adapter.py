@@ -16,6 +16,7 @@ A subscription here is a consuming queue `{queue}`; its retry queue is
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import uuid
@@ -97,6 +98,7 @@ def _topic_matches(pattern: str, key: str) -> bool:
     """Whether a topic binding key (with `*` and `#` words) matches a routing key."""
     words, target = pattern.split("."), key.split(".")
 
+    @functools.cache  # several `#` words would otherwise explore the same positions again
     def match(i: int, j: int) -> bool:
         if i == len(words):
             return j == len(target)
