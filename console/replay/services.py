@@ -529,6 +529,7 @@ class _Run:
         self.job_id = job_id
         self.lease = lease
         self.adapters: dict[int, BrokerAdapter] = {}
+        self.fingerprints: dict[int, tuple] = {}
         self.started = time.monotonic()
         self.processed = 0
 
@@ -552,12 +553,23 @@ class _Run:
 
     # adapters
     def adapter(self, cluster_id: int) -> BrokerAdapter:
+        """The cluster's adapter, rebuilt whenever the cluster's connection settings
+        changed: an operator who fixes (or moves) a cluster while a job runs or waits
+        out an outage sees it take effect at the next batch."""
+        fingerprint = Cluster.objects.filter(pk=cluster_id).values_list(
+            "kind", "service_url", "admin_url", "username", "password_encrypted", "token_encrypted",
+            "options").first()
+        if fingerprint is None:
+            raise _JobFailed(f"cluster {cluster_id} was deleted")
+        if self.fingerprints.get(cluster_id) != fingerprint:
+            self.drop_adapter(cluster_id)
         if cluster_id not in self.adapters:
-            # Read the cluster afresh: an operator may have fixed its address meanwhile.
             self.adapters[cluster_id] = cluster_adapter(Cluster.objects.get(pk=cluster_id))
+            self.fingerprints[cluster_id] = fingerprint
         return self.adapters[cluster_id]
 
     def drop_adapter(self, cluster_id: int) -> None:
+        self.fingerprints.pop(cluster_id, None)
         adapter = self.adapters.pop(cluster_id, None)
         if adapter is not None:
             try:

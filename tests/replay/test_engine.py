@@ -53,17 +53,18 @@ def test_a_job_puts_every_selected_letter_back_and_records_each_confirm(
 
 def test_resuming_never_publishes_again_what_the_ledger_says_was_confirmed(
         harness, broker_cluster, archive_letters, operator):
-    subscription, letters = archive_letters(broker_cluster, 30)
-    # 40 msg/s in batches of 10: a 0.3 s budget sends a part and stops, as a pause would.
+    subscription, letters = archive_letters(broker_cluster, 60)
+    # 40 msg/s in batches of 10: a 0.3 s budget sends at most three batches and stops,
+    # as a pause would.
     job = services.replay_job_create(actor=operator, letter_ids=[x.pk for x in letters], rate_limit=40,
                                      batch_size=10)
     assert services.replay_job_run(job_id=job.pk, budget_seconds=0.3) == "continued"
     job.refresh_from_db()
-    assert 0 < job.done < 30, job.done
+    assert 0 < job.done < 60, job.done
 
     job = run_to_end(job)
-    assert (job.state, job.done) == ("done", 30)
-    received = payloads_received(harness, subscription, 30)
+    assert (job.state, job.done) == ("done", 60)
+    received = payloads_received(harness, subscription, 60)
     assert Counter(received) == Counter(bytes(x.payload) for x in letters)
     assert set(ReplayLedgerEntry.objects.filter(job=job).values_list("attempts", flat=True)) == {1}
 
@@ -173,3 +174,38 @@ def test_resend_sends_the_edited_copy_and_keeps_the_original(harness, broker_clu
     assert letter.state == "replayed"
     entry = AuditEntry.objects.get(action="replay.resend")
     assert "fixed by hand" in entry.detail and '"order": "fixed"' in entry.detail
+
+
+def make_permanently_unsendable(harness, cluster, letter) -> None:
+    """Change one archived letter so its broker refuses it for good: for RabbitMQ a
+    body over the cluster's configured size limit; for Pulsar and the RocketMQ-style
+    broker an origin topic whose name the broker can never accept (as if the topic
+    it came from had been renamed to something invalid)."""
+    if harness.kind == "rabbitmq":
+        cluster.options = {**cluster.options, "max_message_bytes": 1000}
+        cluster.save()
+        letter.payload = b"x" * 5000
+        letter.save(update_fields=["payload"])
+    else:
+        topic = "persistent://no such tenant/ns/bad topic" if harness.kind == "pulsar" else "bad topic!"
+        letter.properties = {**letter.properties, "REAL_TOPIC": topic}
+        letter.source = topic
+        letter.save(update_fields=["properties", "source"])
+
+
+def test_a_permanent_error_fails_that_letter_with_the_brokers_message_and_the_job_goes_on(
+        harness, broker_cluster, archive_letters, operator):
+    subscription, letters = archive_letters(broker_cluster, 5)
+    bad = letters[2]
+    make_permanently_unsendable(harness, broker_cluster, bad)
+    job = run_to_end(services.replay_job_create(actor=operator, letter_ids=[x.pk for x in letters],
+                                                rate_limit=None, batch_size=2))
+
+    assert (job.state, job.done, job.failed) == ("done", 4, 1)
+    bad.refresh_from_db()
+    assert bad.state == "failed"
+    entry = ReplayLedgerEntry.objects.get(job=job, dead_letter=bad)
+    assert entry.status == "failed" and entry.reason
+    assert entry.reason in bad.state_reason
+    good = [bytes(x.payload) for x in letters if x.pk != bad.pk]
+    assert sorted(payloads_received(harness, subscription, 4)) == sorted(good)
