@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from console.accounts.roles import ROLES, user_role
 from console.accounts.services import user_create, user_token_issue
-from console.api.base import BAD_INPUT, ApiViewSet
+from console.api.base import API_PARSERS, BAD_INPUT, ApiViewSet
 
 
 class TokenRequestSerializer(serializers.Serializer):
@@ -40,6 +40,7 @@ class TokenView(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+    parser_classes = API_PARSERS
     throttle_classes = [TokenThrottle]
 
     @extend_schema(

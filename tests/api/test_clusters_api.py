@@ -136,10 +136,12 @@ def test_a_duplicate_cluster_name_is_a_400(admin_api, make_cluster):
     assert Cluster.objects.filter(name="taken").count() == 1
 
 
-def test_a_body_that_is_not_json_is_a_400(admin_api):
-    response = admin_api.post("/api/v1/clusters/", data=b"{not json", content_type="application/json")
+@pytest.mark.parametrize("raw", [b"{not json", b"[" * 100_000, b'{"name": "\xff\xfe"}'])
+def test_a_body_that_is_not_json_is_a_400(admin_api, raw):
+    response = admin_api.post("/api/v1/clusters/", data=raw, content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"]
+    assert not Cluster.objects.exists()
 
 
 def test_admin_deletes_a_cluster_and_it_is_audited(admin_api, admin_user, make_cluster):
