@@ -81,19 +81,19 @@ def _hang(message):
     return ConsumeResult.SUCCESS
 
 
-@pytest.mark.parametrize("behaviour,reason", [
-    (lambda m: ConsumeResult.RECONSUME_LATER, "RECONSUME_LATER"),
-    (lambda m: None, "returned nothing"),
-    (_raise, "RuntimeError: boom"),
-    (_hang, "consume timeout"),
+@pytest.mark.parametrize("behaviour,reason,timeout", [
+    (lambda m: ConsumeResult.RECONSUME_LATER, "RECONSUME_LATER", 30),
+    (lambda m: None, "returned nothing", 30),
+    (_raise, "RuntimeError: boom", 30),
+    (_hang, "consume timeout", 0.5),
 ])
 def test_each_kind_of_failure_sends_a_new_copy_to_the_retry_topic_at_level_three(
-        rocketmq_connection, behaviour, reason):
+        rocketmq_connection, behaviour, reason, timeout):
     group = group_name()
     [sent] = send(rocketmq_connection, b"fail me", tags="created", keys=("o-1",),
                   properties={"tenant": "acme"})
     with PushConsumer(rocketmq_connection, group, Recorder(behaviour), subscriptions={"orders": "*"},
-                      consume_timeout=0.5):
+                      consume_timeout=timeout):
         copies = wait_for(lambda: delayed(rocketmq_connection, f"%RETRY%{group}"))
         assert wait_for(lambda: pending(rocketmq_connection, "orders", group) == 0)
     [copy] = copies

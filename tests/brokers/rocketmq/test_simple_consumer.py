@@ -30,9 +30,9 @@ def sleep_until(ms):
 def test_a_received_message_is_invisible_until_its_duration_ends_then_comes_back(
         rocketmq_connection, consumer):
     [sent] = send(rocketmq_connection, b"m")
-    [first] = consumer.receive(10, invisible_duration=0.6)
+    [first] = consumer.receive(10, invisible_duration=2)
     assert first.message.message_id == sent.message_id and first.message.reconsume_times == 0
-    assert consumer.receive(10, invisible_duration=0.6) == []  # invisible
+    assert consumer.receive(10, invisible_duration=2) == []  # invisible
     sleep_until(first.receipt.invisible_until_ms)
     [again] = consumer.receive(10, invisible_duration=5)
     assert again.message.message_id == sent.message_id
@@ -41,22 +41,24 @@ def test_a_received_message_is_invisible_until_its_duration_ends_then_comes_back
 
 def test_ack_settles_the_message_for_good(rocketmq_connection, consumer):
     send(rocketmq_connection, b"m")
-    [received] = consumer.receive(1, invisible_duration=0.3)
+    [received] = consumer.receive(1, invisible_duration=5)
     consumer.ack(received)
-    time.sleep(0.5)
-    assert consumer.receive(10, invisible_duration=1) == []
     key = rocketmq_connection.keys.stream("orders")
     assert rocketmq_connection.client.xpending(key, consumer.group)["pending"] == 0
+    # Nothing is left to make it visible again: no deadline, no receipt.
+    assert rocketmq_connection.client.zcard(rocketmq_connection.keys.invisible(consumer.group)) == 0
+    assert rocketmq_connection.client.hlen(rocketmq_connection.keys.receipts(consumer.group)) == 0
+    assert consumer.receive(10, invisible_duration=1) == []
 
 
 def test_the_retry_interval_is_the_invisible_duration_minus_the_time_spent(rocketmq_connection, consumer):
     send(rocketmq_connection, b"m")
-    [received] = consumer.receive(1, invisible_duration=1.0)
-    time.sleep(0.4)  # processing took 0.4 s and failed (no ack)
-    # Visible again when the duration ends, i.e. 0.6 s after processing stopped.
-    assert consumer.receive(1, invisible_duration=1.0) == []
+    [received] = consumer.receive(1, invisible_duration=3.0)
+    time.sleep(0.5)  # processing took 0.5 s and failed (no ack)
+    # Visible again when the duration ends, i.e. 2.5 s after processing stopped.
+    assert consumer.receive(1, invisible_duration=3.0) == []
     sleep_until(received.receipt.invisible_until_ms)
-    assert [r.message.body for r in consumer.receive(1, invisible_duration=1.0)] == [b"m"]
+    assert [r.message.body for r in consumer.receive(1, invisible_duration=3.0)] == [b"m"]
 
 
 def test_processing_past_the_duration_is_retried_at_once_and_the_late_ack_is_refused(
@@ -74,7 +76,7 @@ def test_processing_past_the_duration_is_retried_at_once_and_the_late_ack_is_ref
 
 def test_change_invisible_duration_extends_only_before_timeout_and_ack(rocketmq_connection, consumer):
     send(rocketmq_connection, b"a", b"b")
-    first, second = consumer.receive(2, invisible_duration=0.4)
+    first, second = consumer.receive(2, invisible_duration=1.5)
     extended = consumer.change_invisible_duration(first, 5)
     assert extended.receipt.invisible_until_ms > first.receipt.invisible_until_ms
     sleep_until(first.receipt.invisible_until_ms)
