@@ -129,6 +129,7 @@ class PulsarAdapter(BrokerAdapter):
     def __init__(self, config: ClusterConfig) -> None:
         super().__init__(config)
         self._client: pulsar.Client | None = None
+        self._producers: dict[str, pulsar.Producer] = {}
         self._lock = threading.Lock()
         options = config.options
         try:
@@ -156,6 +157,11 @@ class PulsarAdapter(BrokerAdapter):
             return self._client
 
     def close(self) -> None:
+        producers, self._producers = list(self._producers.values()), {}
+        for producer in producers:
+            # Every send was confirmed or reported before republish returned.
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
@@ -500,13 +506,22 @@ class PulsarAdapter(BrokerAdapter):
             self._republish_to(topic, [(i, messages[i]) for i in indexes], outcomes)
         return [outcomes[i] for i in range(len(messages))]
 
+    def _replay_producer(self, topic: str) -> pulsar.Producer:
+        """One batching producer per destination, kept until close(): a replay job
+        calls republish chunk after chunk."""
+        producer = self._producers.get(topic)
+        if producer is None:
+            producer = self._pulsar().create_producer(
+                topic, batching_enabled=True, batching_max_publish_delay_ms=5,
+                max_pending_messages=1000, block_if_queue_full=True,
+                send_timeout_millis=int(self.config.timeout_seconds * 1000) or 5000)
+            self._producers[topic] = producer
+        return producer
+
     def _republish_to(self, topic: str, batch: list[tuple[int, ReplayMessage]],
                       outcomes: dict[int, ReplayOutcome]) -> None:
         try:
-            producer = self._pulsar().create_producer(
-                topic, batching_enabled=True, batching_max_publish_delay_ms=5,
-                max_pending_messages=max(len(batch), 1000), block_if_queue_full=True,
-                send_timeout_millis=int(self.config.timeout_seconds * 1000) or 5000)
+            producer = self._replay_producer(topic)
         except _TRANSIENT as exc:
             raise BrokerError(f"cannot reach Pulsar to republish to {topic}: {exc}") from None
         except pulsar.PulsarException as exc:
@@ -549,9 +564,12 @@ class PulsarAdapter(BrokerAdapter):
                 producer.flush()
             done.wait(self.config.timeout_seconds * 2 + 5)
         finally:
-            # outcomes below already say what was confirmed
-            with contextlib.suppress(pulsar.PulsarException):
-                producer.close()
+            if not done.is_set():
+                # Something is stuck: start afresh next time. The outcomes below say
+                # what was confirmed.
+                self._producers.pop(topic, None)
+                with contextlib.suppress(pulsar.PulsarException):
+                    producer.close()
         for index, message in batch:
             # No confirm seen: not confirmed, so the letter stays in the archive.
             outcomes.setdefault(index, ReplayOutcome(message.key, False, error="no confirm from the broker"))
