@@ -338,7 +338,7 @@ def dead_letter_resend(*, letter: DeadLetter, actor, payload: bytes | None = Non
     new_payload = None if payload is None or payload == original_payload else bytes(payload)
     new_properties = None
     if properties is not None:
-        cleaned = properties_clean(dict(properties))
+        cleaned = properties_clean(dict(properties) if isinstance(properties, Mapping) else properties)
         if cleaned != letter.properties:
             new_properties = cleaned
     diff = _payload_diff(original_payload, new_payload) if new_payload is not None else []
