@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,9 @@ from brokers.rocketmq.schedule import level_delay
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 2
+# Where a producer keeps what it could not send, unless told otherwise (relative to the
+# working directory; the console runs from the project root, whose var/ is not in git).
+DEFAULT_OUTBOX_PATH = Path(os.environ.get("REDRIVE_ROCKETMQ_OUTBOX", "var/rocketmq-outbox.sqlite3"))
 
 
 class SendStatus(enum.StrEnum):
@@ -91,13 +95,15 @@ class BackoffPolicy:
 class Producer:
     """Sends messages to topics of one RocketMQ-style installation.
 
-    `outbox`: an Outbox, a path for its sqlite3 file, or None to raise BrokerError
-    instead of deferring (then the caller owns the message). Call `start()` to run the
+    `outbox`: an Outbox or a path for its sqlite3 file (default DEFAULT_OUTBOX_PATH,
+    or $REDRIVE_ROCKETMQ_OUTBOX), or None to raise BrokerError instead of deferring
+    (then the caller owns the message). Call `start()` to run the
     outbox retrier and `shutdown()` when done; usable as a context manager.
     """
 
     def __init__(self, connection: Connection, *, max_retries: int = DEFAULT_MAX_RETRIES,
-                 backoff: BackoffPolicy | None = None, outbox: Outbox | str | Path | None = None,
+                 backoff: BackoffPolicy | None = None,
+                 outbox: Outbox | str | Path | None = DEFAULT_OUTBOX_PATH,
                  outbox_interval: float = 1.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
                  async_workers: int = 4, rng: random.Random | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
