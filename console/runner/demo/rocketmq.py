@@ -79,7 +79,7 @@ def drive(config: ClusterConfig, stop: threading.Event, log: Callable[[str], Non
         PushConsumer(connection, shipping, shipping_listener, subscriptions={topic: "created"},
                      max_reconsume_times=DEMO_MAX_RECONSUME_TIMES, consume_timeout=30, threads=2),
     ]
-    producer = Producer(connection)
+    producer = Producer(connection).start()  # its outbox keeps orders while Redis is away
     try:
         for consumer in consumers:
             consumer.start()
@@ -91,12 +91,15 @@ def drive(config: ClusterConfig, stop: threading.Event, log: Callable[[str], Non
             order = {"order": number, "customer": f"c-{random.randint(1, 200)}",
                      "amount": round(random.uniform(5, 300), 2), "created_at": time.time()}
             try:
-                producer.send(Message(topic=topic, body=json.dumps(order).encode(),
-                                      tags="created" if number % 4 else "updated", keys=(f"order-{number}",),
-                                      properties={"source": "demo"}))
+                result = producer.send(Message(topic=topic, body=json.dumps(order).encode(),
+                                               tags="created" if number % 4 else "updated",
+                                               keys=(f"order-{number}",), properties={"source": "demo"}))
             except BrokerError as exc:
+                result = None
+                error = str(exc)
+            if result is None or not result.ok:
                 if not failing:
-                    log(f"sending failed, will keep trying: {exc}")
+                    log(f"sending failed, will keep trying: {result.error if result else error}")
                 failing = True
                 continue
             if failing:
