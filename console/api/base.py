@@ -14,23 +14,13 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status, viewsets
-from rest_framework.exceptions import APIException, NotFound, ParseError
+from rest_framework.exceptions import APIException, NotFound
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.views import APIView
 
-
-class NestingSafeJSONParser(JSONParser):
-    """JSON bodies, where nesting too deep for Python's decoder is bad input (400), not a
-    crash: a body of a hundred thousand "[" would otherwise end in a RecursionError."""
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError as exc:
-            raise ParseError("JSON parse error - nested too deeply.") from exc
-
+from console.api.parsers import NestingSafeJSONParser
 
 API_PARSERS = [NestingSafeJSONParser, FormParser, MultiPartParser]
 
