@@ -111,7 +111,7 @@ class PushConsumer:
                  max_reconsume_times: int | None = None, consume_timeout: float = DEFAULT_CONSUME_TIMEOUT,
                  threads: int = 4, batch: int = 32, max_inflight: int = 128,
                  suspend_seconds: float = ORDERLY_SUSPEND_SECONDS,
-                 send_back_retry_seconds: float = SEND_BACK_RETRY_SECONDS, start_from: str = "first",
+                 send_back_retry_seconds: float = SEND_BACK_RETRY_SECONDS, start_from: str | None = None,
                  consumer_name: str | None = None, poll_block_ms: int = 200) -> None:
         if mode not in (CLUSTERING, BROADCASTING, ORDERLY):
             raise MessageError(f"consumer mode {mode!r} is not one of clustering, broadcasting, orderly")
@@ -131,7 +131,12 @@ class PushConsumer:
         self.batch = batch
         self.suspend_seconds = suspend_seconds
         self.send_back_retry_seconds = send_back_retry_seconds
-        self.start_from = start_from
+        # Where a new group (or, broadcasting, each new instance) starts: "first" message
+        # the topic holds or only messages sent from now on ("last"). Broadcasting keeps
+        # its offsets in memory, so it starts at "last" unless told otherwise, or every
+        # restart would consume the whole history again.
+        self.start_from = start_from or ("last" if mode == BROADCASTING else "first")
+        self._broadcast_offsets: dict[str, str] = {}
         self.name = consumer_name or default_consumer_name()
         self.poll_block_ms = poll_block_ms
         self._stop = threading.Event()
@@ -163,6 +168,11 @@ class PushConsumer:
                             max_reconsume_times=self.max_reconsume_times,
                             start="$" if self.start_from == "last" else "0")
         self._stop.clear()
+        if self.mode == BROADCASTING:
+            # Fixed before start() returns: a message sent after it is never missed.
+            keys = self.connection.keys
+            self._broadcast_offsets = {keys.stream(topic): self._start_offset(keys.stream(topic))
+                                       for topic in self.subscriptions}
         self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix=f"rocketmq-{self.group}")
         if self.mode == ORDERLY:
             targets = [(self._run_orderly, topic) for topic in self.subscriptions]
@@ -445,13 +455,7 @@ class PushConsumer:
 
     def _run_broadcasting(self, _argument: object) -> None:
         keys = self.connection.keys
-        offsets: dict[str, str] = {}
-        while not offsets and not self._stop.is_set():
-            try:
-                offsets = {keys.stream(topic): self._start_offset(keys.stream(topic))
-                           for topic in self.subscriptions}
-            except BrokerError as exc:
-                self._pause(exc)
+        offsets = self._broadcast_offsets
         while not self._stop.is_set():
             try:
                 self._expire_inflight()

@@ -179,6 +179,7 @@ def test_broadcasting_delivers_to_every_consumer_and_never_retries(rocketmq_conn
     first = Recorder(lambda m: ConsumeResult.RECONSUME_LATER)
     second = Recorder(lambda m: ConsumeResult.SUCCESS)
     news = {"news": "*"}
+    send(rocketmq_connection, b"before", topic="news")  # an instance starts after it: not delivered
     with caplog.at_level(logging.WARNING, logger="brokers.rocketmq.consumer"), \
             PushConsumer(rocketmq_connection, group, first, subscriptions=news, mode="broadcasting"), \
             PushConsumer(rocketmq_connection, group, second, subscriptions=news, mode="broadcasting"):
