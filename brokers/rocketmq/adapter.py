@@ -337,6 +337,9 @@ class RocketMQAdapter(BrokerAdapter):
                 for _, message in ready:
                     pipe.xadd(connection.keys.stream(message.topic), encode(message))
                 answers = pipe.execute(raise_on_error=False)[1:]
+            # A copy counts as confirmed only once Redis answered with its entry id; the
+            # archive keeps the letter until then, so a crash here loses nothing (at
+            # worst the letter is replayed twice, with the same REPLAY_OF marker).
             for (index, message), answer in zip(ready, answers, strict=True):
                 key = messages[index].key
                 if isinstance(answer, redis.ConnectionError | redis.TimeoutError):
