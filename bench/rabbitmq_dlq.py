@@ -98,6 +98,14 @@ def fill(config, queue: str, exchange: str, routing_key: str, n: int, *, tag: st
             raise SystemExit(f"filling {queue} failed: {next(r.error for r in results if not r.confirmed)}")
 
 
+def amqp_channel():
+    """A fresh connection's channel: the run is long, and an idle connection would miss
+    its heartbeats while the console path keeps this process busy."""
+    import pika
+
+    return pika.BlockingConnection(pika.URLParameters(AMQP_URL)).channel()
+
+
 def depth(channel, queue: str) -> int:
     return channel.queue_declare(queue=queue, passive=True).method.message_count
 
@@ -137,7 +145,7 @@ def console_path(config, cluster, queue: str, n: int, batch: int, replay_chunk: 
     return collect_done - started, finished - collect_done
 
 
-def shovel_path(source: str, destination: str, n: int, channel) -> float:
+def shovel_path(source: str, destination: str, n: int) -> float:
     import requests
 
     subprocess.run(["rabbitmq-plugins", "enable", "--quiet", "rabbitmq_shovel", "rabbitmq_shovel_management"],
@@ -151,9 +159,11 @@ def shovel_path(source: str, destination: str, n: int, channel) -> float:
     response = requests.put(url, json={"value": value}, auth=("guest", "guest"), timeout=10)
     response.raise_for_status()
     try:
+        channel = amqp_channel()
         while depth(channel, destination) < n:
             time.sleep(0.01)
         elapsed = time.perf_counter() - started
+        channel.connection.close()
     finally:
         requests.delete(url, auth=("guest", "guest"), timeout=10)
     return elapsed
@@ -172,8 +182,6 @@ def main() -> None:
     ensure_database(database_url)
     setup_django(database_url)
 
-    import pika
-
     from brokers.base import ClusterConfig
     from brokers.rabbitmq.topology import Topology, declare_queue, declare_subscription, failed_queue
     from console.archive.models import DeadLetter
@@ -191,12 +199,12 @@ def main() -> None:
     cluster.password = "guest"
     cluster.save()
 
-    connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    channel = connection.channel()
     try:
+        channel = amqp_channel()
         declare_subscription(channel, topology, queue, ["orders.created"])
         declare_queue(channel, shovel_source)
         declare_queue(channel, shovel_destination)
+        channel.connection.close()
         print(f"filling {failed_queue(queue)} and {shovel_source} with {n} dead letters each", flush=True)
         fill(config, failed_queue(queue), topology.failed_exchange, queue, n, tag=tag)
         fill(config, shovel_source, "", shovel_source, n, tag=tag + "s")
@@ -205,14 +213,16 @@ def main() -> None:
         collect_seconds, republish_seconds = console_path(config, cluster, queue, n, args.batch,
                                                           args.replay_chunk)
         console_seconds = collect_seconds + republish_seconds
+        channel = amqp_channel()
         if depth(channel, queue) != n or depth(channel, failed_queue(queue)) != 0:
             raise SystemExit("the console path did not move every message")
+        channel.connection.close()
         print(json.dumps({"name": "rabbitmq_dlq.collect", "n": n, "seconds": round(collect_seconds, 2),
                           "rate": round(n / collect_seconds)}), flush=True)
         print(json.dumps({"name": "rabbitmq_dlq.republish", "n": n, "seconds": round(republish_seconds, 2),
                           "rate": round(n / republish_seconds)}), flush=True)
 
-        shovel_seconds = shovel_path(shovel_source, shovel_destination, n, channel)
+        shovel_seconds = shovel_path(shovel_source, shovel_destination, n)
         print(json.dumps({"name": "rabbitmq_dlq.shovel", "n": n, "seconds": round(shovel_seconds, 2),
                           "rate": round(n / shovel_seconds)}), flush=True)
 
@@ -222,11 +232,12 @@ def main() -> None:
                           "collect_batch": args.batch,
                           "baseline": "shovel ack-mode on-confirm, queue to queue"}))
     finally:
+        channel = amqp_channel()
         for name in (queue, f"{queue}@retry", failed_queue(queue), shovel_source, shovel_destination):
             channel.queue_delete(queue=name)
         for exchange in topology.exchanges:
             channel.exchange_delete(exchange=exchange)
-        connection.close()
+        channel.connection.close()
         DeadLetter.objects.filter(cluster=cluster).delete()
         cluster.delete()
 
