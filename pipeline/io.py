@@ -19,7 +19,13 @@ def spark_session(
     if master:
         builder = builder.master(master)
     # Days are UTC days everywhere in Redrive, whatever the machine's zone.
-    settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        # Plain microsecond timestamps (not Spark's legacy INT96): the console reads
+        # results with pyarrow.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

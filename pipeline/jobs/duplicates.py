@@ -18,16 +18,20 @@ MAX_IDS = 100
 
 
 def _groups(keyed: DataFrame, kind: str, key_property: str) -> DataFrame:
+    keys = ["cluster_id", "subscription", "key"]
+    # Most keys are unique: find the repeated ones first (a plain count), and collect
+    # ids only for those, instead of building a list for every one of millions of keys.
+    repeated = keyed.groupBy(*keys).agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1)
     return (
-        keyed.groupBy("cluster_id", "subscription", "key")
+        keyed.join(repeated, on=keys, how="inner")
+        .groupBy(*keys)
         .agg(
             F.max("cluster_name").alias("cluster_name"),
-            F.count(F.lit(1)).alias("copies"),
+            F.max("copies").alias("copies"),
             F.slice(F.sort_array(F.collect_list("id")), 1, MAX_IDS).alias("letter_ids"),
             F.min("collected_at").alias("first_seen"),
             F.max("collected_at").alias("last_seen"),
         )
-        .where(F.col("copies") > 1)
         .select(
             F.lit(kind).alias("kind"),
             F.lit(key_property).alias("key_property"),
