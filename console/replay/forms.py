@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from console.clusters.models import Cluster
 from console.replay import services
@@ -46,7 +47,10 @@ class ResendForm(forms.Form):
                                  help_text="A JSON object of text keys and values.")
 
     def clean_properties(self):
-        return services.properties_clean(self.cleaned_data.get("properties") or "{}")
+        try:
+            return services.properties_clean(self.cleaned_data.get("properties") or "{}")
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.messages) from exc
 
 
 class PolicyForm(forms.Form):

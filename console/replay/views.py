@@ -120,7 +120,7 @@ def letter_resend(request, letter_id: int):
     original_text = services.payload_text_or_none(bytes(letter.payload))
     initial = {"payload": original_text or "", "properties": json.dumps(letter.properties, indent=2,
                                                                           ensure_ascii=False)}
-    form = ResendForm(request.POST or None, initial=initial)
+    form = ResendForm(request.POST if request.method == "POST" else None, initial=initial)
     if request.method == "POST" and form.is_valid():
         payload = None
         if original_text is not None and "payload" in request.POST:
