@@ -159,3 +159,21 @@ def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(page, admin_user
     assert page.get_by_role("link", name="empty-one").count() == 0
     assert not Cluster.objects.filter(pk=empty.pk).exists()
     assert AuditEntry.objects.filter(action="cluster.delete", cluster_name="empty-one").count() == 1
+
+
+def test_broker_failures_on_cluster_pages_show_the_brokers_message(page, admin_user, make_cluster):
+    cluster = make_cluster("rabbitmq", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F",
+                           admin_url=f"http://127.0.0.1:{closed_port()}")
+    log_in(page, admin_user)
+
+    response = page.goto(f"/clusters/{cluster.pk}/rebuild/?subscription=orders")
+    assert response.status == 424
+    assert page.get_by_role("heading", name="The broker did not answer as expected").is_visible()
+    assert page.locator("main p.error").inner_text().strip()
+    assert page.get_by_role("link", name="Back to the clusters").is_visible()
+    screenshot(page, "broker-error")
+
+    response = page.goto(f"/clusters/{cluster.pk}/peek/?subscription=orders")
+    assert response.status == 200
+    assert page.locator("main p.error").inner_text().strip()
+    assert page.get_by_role("link", name=f"Back to {cluster.name}").is_visible()
