@@ -233,10 +233,11 @@ class PulsarAdapter(BrokerAdapter):
         if self._metrics is not None:
             snapshot = self._metrics.snapshot()
             state = _state_from_metrics(snapshot)
-            for (topic, name) in snapshot.backlogs:
+            for (topic, name), backlog in snapshot.backlogs.items():
                 if self._is_consumer_subscription(topic, name):
-                    found[(name, topic)] = self._subscription(name, topic, "", snapshot.backlogs.get(
-                        (topic, name)))
+                    discovered = self._subscription(name, topic, "", backlog)
+                    if discovered is not None:
+                        found[(discovered.name, discovered.source)] = discovered
         for known in self.config.known_subscriptions:
             sub = self._subscription(known.name, known.source, known.mode)
             if sub is None:
