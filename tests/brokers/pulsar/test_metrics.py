@@ -16,8 +16,6 @@ from brokers.pulsar.adapter import PROBLEM_DLQ_UNSUBSCRIBED, PulsarAdapter
 from brokers.pulsar.admin import BrokerMetrics, metrics_parse
 from brokers.pulsar.embedded import free_port
 
-
-
 LITE = """\
 # HELP pulsar_subscriptions_count Number of subscriptions
 pulsar_subscriptions_count{cluster="pulsar-lite",namespace="public/default",partition="-1",topic="orders"} 1
