@@ -29,8 +29,14 @@ from tests.conftest import PASSWORD  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 # Long enough for a loaded 2-core machine, short enough that a missing element fails
 # the test quickly instead of at the suite's timeout.
@@ -92,8 +98,7 @@ def screenshot(page: Page, name: str) -> None:
     folder = os.environ.get("REDRIVE_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{re.sub(r'[^a-z0-9-]+', '-', name)}.png"),
-                        full_page=True)
+        page.screenshot(path=str(Path(folder) / f"{re.sub(r'[^a-z0-9-]+', '-', name)}.png"), full_page=True)
 
 
 def click_and_settle(page: Page, target, *, javascript: bool = True) -> None:

@@ -26,22 +26,25 @@ def archive(make_cluster, make_dead_letters, admin_user, settings):
     settings.ARCHIVE_PAGE_SIZE = PAGE_SIZE
     east = make_cluster("rabbitmq", name="east")
     west = make_cluster("rabbitmq", name="west")
-    orders = make_dead_letters(east, 7, subscription="orders-sub",
-                               properties={"error": "TimeoutException"})
-    payments = make_dead_letters(east, 3, subscription="payments-sub", source="payments",
-                                 payload=b'{"payment": "card-declined"}',
-                                 properties={"error": "ValidationError", "tenant": "acme"})
-    west_orders = make_dead_letters(west, 2, subscription="orders-sub",
-                                    properties={"error": "TimeoutException"})
+    orders = make_dead_letters(east, 7, subscription="orders-sub", properties={"error": "TimeoutException"})
+    payments = make_dead_letters(
+        east,
+        3,
+        subscription="payments-sub",
+        source="payments",
+        payload=b'{"payment": "card-declined"}',
+        properties={"error": "ValidationError", "tenant": "acme"},
+    )
+    west_orders = make_dead_letters(
+        west, 2, subscription="orders-sub", properties={"error": "TimeoutException"}
+    )
     dead_letters_discard(letter_ids=[orders[0].pk, orders[1].pk], actor=admin_user, reason="old")
-    return {"east": east, "west": west, "orders": orders, "payments": payments,
-            "west_orders": west_orders}
+    return {"east": east, "west": west, "orders": orders, "payments": payments, "west_orders": west_orders}
 
 
 def expect_count(page, n: int) -> None:
     """The count line starts with how many letters match (actions may follow it)."""
-    expect(page.locator("#results .count")).to_have_text(
-        re.compile(rf"^{n} dead letters?\b"))
+    expect(page.locator("#results .count")).to_have_text(re.compile(rf"^{n} dead letters?\b"))
 
 
 def rows(page) -> list[dict[str, str]]:
@@ -49,8 +52,15 @@ def rows(page) -> list[dict[str, str]]:
     found = []
     for row in page.locator("#results table.letters tbody tr").all():
         cells = row.locator("td").all_inner_texts()[-6:]
-        found.append(dict(zip(["collected", "cluster", "subscription", "state", "retries", "payload"],
-                              cells, strict=True)))
+        found.append(
+            dict(
+                zip(
+                    ["collected", "cluster", "subscription", "state", "retries", "payload"],
+                    cells,
+                    strict=True,
+                )
+            )
+        )
     return found
 
 
@@ -136,8 +146,9 @@ def walk_the_archive(page, archive, *, javascript: bool) -> None:
     page.reload()
     expect(page.locator("#results .pager span")).to_have_text("page 2 of 2")
     expect(page.locator("form.filters input[name=property]")).to_have_value("error=TimeoutException")
-    click_and_settle(page, page.locator("#results .pager").get_by_role("link", name="← newer"),
-                     javascript=javascript)
+    click_and_settle(
+        page, page.locator("#results .pager").get_by_role("link", name="← newer"), javascript=javascript
+    )
     expect(page.locator("#results .pager span")).to_have_text("page 1 of 2")
 
 

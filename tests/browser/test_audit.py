@@ -14,8 +14,9 @@ from tests.browser.conftest import log_in, screenshot
 pytestmark = pytest.mark.browser
 
 
-def test_discard_by_an_operator_is_in_the_audit_log_and_its_csv(new_context, operator, admin_user,
-                                                                  make_cluster, make_dead_letters):
+def test_discard_by_an_operator_is_in_the_audit_log_and_its_csv(
+    new_context, operator, admin_user, make_cluster, make_dead_letters
+):
     cluster = make_cluster("rabbitmq", name="east")
     letters = make_dead_letters(cluster, 3, subscription="orders-sub")
     # A reason a spreadsheet would run as a formula if the export passed it on as is.
@@ -33,8 +34,7 @@ def test_discard_by_an_operator_is_in_the_audit_log_and_its_csv(new_context, ope
     # Back on the same filtered list, the two now show as discarded.
     assert "subscription=orders-sub" in page.url
     expect(page.locator("#results .state-discarded")).to_have_count(2)
-    assert sorted(DeadLetter.objects.values_list("state", flat=True)) == [
-        "discarded", "discarded", "parked"]
+    assert sorted(DeadLetter.objects.values_list("state", flat=True)) == ["discarded", "discarded", "parked"]
 
     admin = new_context().new_page()
     log_in(admin, admin_user)
@@ -57,13 +57,19 @@ def test_discard_by_an_operator_is_in_the_audit_log_and_its_csv(new_context, ope
     assert len(discards) == 1
     entry = discards[0]
     assert (entry["actor"], entry["cluster"], entry["subscription"], entry["count"], entry["result"]) == (
-        operator.username, "east", "orders-sub", "2", "ok")
+        operator.username,
+        "east",
+        "orders-sub",
+        "2",
+        "ok",
+    )
     # The file carries the reason as text, quoted so a spreadsheet does not evaluate it.
     assert entry["detail"] == "'" + reason
 
 
-def test_audit_log_filters_by_action_and_the_export_keeps_the_filter(page, admin_user, operator,
-                                                                      make_cluster, make_dead_letters):
+def test_audit_log_filters_by_action_and_the_export_keeps_the_filter(
+    page, admin_user, operator, make_cluster, make_dead_letters
+):
     from console.archive.services import dead_letters_discard
 
     cluster = make_cluster("rabbitmq", name="east")

@@ -26,8 +26,9 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def fill_cluster_form(page, *, name: str, service_url: str, password: str, token: str,
-                      options: str = "{}") -> None:
+def fill_cluster_form(
+    page, *, name: str, service_url: str, password: str, token: str, options: str = "{}"
+) -> None:
     page.get_by_label("Name", exact=True).fill(name)
     page.get_by_label("Kind", exact=True).select_option("rabbitmq")
     page.get_by_label("Service url", exact=True).fill(service_url)
@@ -45,8 +46,9 @@ def test_admin_adds_a_cluster_and_its_secrets_never_come_back(page, admin_user):
     page.get_by_role("link", name="Add cluster").click()
     page.wait_for_url("**/clusters/add/")
     screenshot(page, "cluster-add")
-    fill_cluster_form(page, name=name, service_url=f"amqp://127.0.0.1:{closed_port()}/%2F",
-                      password=password, token=token)
+    fill_cluster_form(
+        page, name=name, service_url=f"amqp://127.0.0.1:{closed_port()}/%2F", password=password, token=token
+    )
     page.get_by_role("button", name="Save").click()
     page.wait_for_url(re.compile(r"/clusters/\d+/$"))
 
@@ -76,8 +78,9 @@ def test_invalid_cluster_form_shows_errors_without_echoing_the_password(page, ad
     password = f"pw-{uuid.uuid4().hex}"
     log_in(page, admin_user)
     page.goto("/clusters/add/")
-    fill_cluster_form(page, name="", service_url="amqp://127.0.0.1:5672/%2F",
-                      password=password, token="", options="[1, 2")
+    fill_cluster_form(
+        page, name="", service_url="amqp://127.0.0.1:5672/%2F", password=password, token="", options="[1, 2"
+    )
     page.get_by_label("Name", exact=True).fill("")
     # The browser's own check would stop an empty required field; the server's must too.
     page.locator("form.form").evaluate("form => form.noValidate = true")
@@ -94,8 +97,9 @@ def test_invalid_cluster_form_shows_errors_without_echoing_the_password(page, ad
 
 
 def test_connection_test_of_an_unreachable_cluster_shows_why_with_htmx(page, admin_user, make_cluster):
-    cluster = make_cluster("rabbitmq", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F",
-                           password="not-shown")
+    cluster = make_cluster(
+        "rabbitmq", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F", password="not-shown"
+    )
     log_in(page, admin_user)
     page.goto(f"/clusters/{cluster.pk}/")
     # Listing subscriptions failed, and the page still renders around it.
@@ -132,8 +136,9 @@ def test_connection_test_without_javascript_reports_in_a_message(nojs_page, admi
     assert page.locator("#connection .badge").inner_text() == "unreachable"
 
 
-def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(page, admin_user, make_cluster,
-                                                                 make_dead_letters):
+def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(
+    page, admin_user, make_cluster, make_dead_letters
+):
     from console.audit.models import AuditEntry
 
     empty = make_cluster("rabbitmq", name="empty-one", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F")
@@ -147,8 +152,11 @@ def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(page, admin_user
     page.get_by_text("Delete this cluster…").click()
     page.get_by_role("button", name="Delete cluster").click()
     page.wait_for_load_state()
-    assert page.locator(".messages .msg-error").inner_text().startswith(
-        "Cluster busy-one still has archived dead letters")
+    assert (
+        page.locator(".messages .msg-error")
+        .inner_text()
+        .startswith("Cluster busy-one still has archived dead letters")
+    )
     assert Cluster.objects.filter(pk=busy.pk).exists()
 
     page.goto(f"/clusters/{empty.pk}/")
@@ -162,8 +170,11 @@ def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(page, admin_user
 
 
 def test_broker_failures_on_cluster_pages_show_the_brokers_message(page, admin_user, make_cluster):
-    cluster = make_cluster("rabbitmq", service_url=f"amqp://127.0.0.1:{closed_port()}/%2F",
-                           admin_url=f"http://127.0.0.1:{closed_port()}")
+    cluster = make_cluster(
+        "rabbitmq",
+        service_url=f"amqp://127.0.0.1:{closed_port()}/%2F",
+        admin_url=f"http://127.0.0.1:{closed_port()}",
+    )
     log_in(page, admin_user)
 
     response = page.goto(f"/clusters/{cluster.pk}/rebuild/?subscription=orders")

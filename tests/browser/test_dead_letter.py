@@ -25,13 +25,15 @@ def dialogs(page):
     return opened
 
 
-def test_json_payload_is_shown_pretty_with_every_property(page, viewer, make_cluster,
-                                                           make_dead_letters):
+def test_json_payload_is_shown_pretty_with_every_property(page, viewer, make_cluster, make_dead_letters):
     cluster = make_cluster("rabbitmq", name="east")
-    letter, = make_dead_letters(cluster, subscription="orders-sub",
-                                payload=b'{"order":42,"items":[{"sku":"A-1","qty":2}],"note":"caf\xc3\xa9"}',
-                                properties={"error": "TimeoutException", "x-first-death-queue": "orders"},
-                                retry_count=5)
+    (letter,) = make_dead_letters(
+        cluster,
+        subscription="orders-sub",
+        payload=b'{"order":42,"items":[{"sku":"A-1","qty":2}],"note":"caf\xc3\xa9"}',
+        properties={"error": "TimeoutException", "x-first-death-queue": "orders"},
+        retry_count=5,
+    )
     log_in(page, viewer)
     page.goto("/archive/")
     page.locator("#results table.letters a").first.click()
@@ -58,12 +60,11 @@ def test_json_payload_is_shown_pretty_with_every_property(page, viewer, make_clu
 def test_binary_payload_is_shown_as_hex(page, viewer, make_cluster, make_dead_letters):
     cluster = make_cluster("rabbitmq")
     payload = bytes(range(256))
-    letter, = make_dead_letters(cluster, payload=payload)
+    (letter,) = make_dead_letters(cluster, payload=payload)
     log_in(page, viewer)
     page.goto(f"/archive/{letter.pk}/")
 
-    assert page.get_by_role("heading", name="Payload").inner_text().startswith(
-        "Payload binary, 256 bytes")
+    assert page.get_by_role("heading", name="Payload").inner_text().startswith("Payload binary, 256 bytes")
     lines = page.locator("#payload").inner_text().splitlines()
     assert len(lines) == 16
     assert lines[0].startswith("00000000  00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f")
@@ -72,12 +73,15 @@ def test_binary_payload_is_shown_as_hex(page, viewer, make_cluster, make_dead_le
     screenshot(page, "dead-letter-binary")
 
 
-def test_hostile_strings_are_shown_as_text_and_never_run(page, dialogs, viewer, make_cluster,
-                                                         make_dead_letters):
+def test_hostile_strings_are_shown_as_text_and_never_run(
+    page, dialogs, viewer, make_cluster, make_dead_letters
+):
     cluster = make_cluster("rabbitmq", name=f"c{SCRIPT}")
     payload = f"order failed: {SCRIPT} {IMAGE}"
-    letter, = make_dead_letters(
-        cluster, subscription=f"sub{IMAGE}", payload=payload.encode(),
+    (letter,) = make_dead_letters(
+        cluster,
+        subscription=f"sub{IMAGE}",
+        payload=payload.encode(),
         properties={"reason": SCRIPT, f"key{IMAGE}": IMAGE},
     )
     log_in(page, viewer)

@@ -18,8 +18,9 @@ from tests.conftest import PASSWORD
 pytestmark = pytest.mark.browser
 
 
-def test_filtering_after_the_session_ended_goes_to_the_login_page(page, viewer, make_cluster,
-                                                                    make_dead_letters):
+def test_filtering_after_the_session_ended_goes_to_the_login_page(
+    page, viewer, make_cluster, make_dead_letters
+):
     make_dead_letters(make_cluster("rabbitmq"), 2, subscription="orders-sub")
     log_in(page, viewer)
     page.goto("/archive/")
@@ -39,8 +40,7 @@ def test_filtering_after_the_session_ended_goes_to_the_login_page(page, viewer, 
     assert page.get_by_role("heading", name="Dead letters").is_visible()
 
 
-def test_connection_test_after_the_session_ended_shows_the_expired_form_page(page, admin_user,
-                                                                             make_cluster):
+def test_connection_test_after_the_session_ended_shows_the_expired_form_page(page, admin_user, make_cluster):
     cluster = make_cluster("rabbitmq", service_url="amqp://127.0.0.1:1/%2F")
     log_in(page, admin_user)
     page.goto(f"/clusters/{cluster.pk}/")
@@ -56,11 +56,12 @@ def test_connection_test_after_the_session_ended_shows_the_expired_form_page(pag
     assert cluster.last_check_ok is None
 
 
-def test_plain_form_after_the_session_ended_shows_the_expired_form_page(nojs_page, operator,
-                                                                          make_cluster, make_dead_letters):
+def test_plain_form_after_the_session_ended_shows_the_expired_form_page(
+    nojs_page, operator, make_cluster, make_dead_letters
+):
     from console.archive.models import DeadLetter
 
-    letter, = make_dead_letters(make_cluster("rabbitmq"), 1)
+    (letter,) = make_dead_letters(make_cluster("rabbitmq"), 1)
     log_in(nojs_page, operator)
     nojs_page.goto("/archive/")
     nojs_page.context.clear_cookies()

@@ -38,7 +38,8 @@ def post_form(page, action: str, fields: dict[str, str]) -> None:
 
 
 def test_viewer_sees_no_discard_checkbox_and_posting_the_discard_form_is_refused(
-        page, viewer, make_cluster, make_dead_letters):
+    page, viewer, make_cluster, make_dead_letters
+):
     cluster = make_cluster("rabbitmq")
     letters = make_dead_letters(cluster, 3)
     log_in(page, viewer)
@@ -87,8 +88,9 @@ def test_viewer_is_not_offered_and_is_refused_cluster_changes(page, viewer, make
     assert Cluster.objects.filter(pk=cluster.pk).exists()
 
 
-def test_operator_sees_the_discard_controls_but_not_the_admin_ones(page, operator, make_cluster,
-                                                                   make_dead_letters):
+def test_operator_sees_the_discard_controls_but_not_the_admin_ones(
+    page, operator, make_cluster, make_dead_letters
+):
     cluster = make_cluster("rabbitmq")
     make_dead_letters(cluster, 2)
     log_in(page, operator)

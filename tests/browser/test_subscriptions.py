@@ -23,12 +23,22 @@ pytestmark = pytest.mark.browser
 def rabbit(rabbitmq_harness, make_cluster):
     """A cluster on the local RabbitMQ with one subscription holding two dead letters."""
     subscription = rabbitmq_harness.new_subscription()
-    rabbitmq_harness.put_dead_letters(subscription, [
-        (json.dumps({"order": 1}).encode(), {"tenant": "acme"}),
-        (json.dumps({"order": 2}).encode(), {"tenant": "globex"}),
-    ])
-    cluster = make_cluster("rabbitmq", name="local-rabbit", service_url=AMQP_URL, admin_url=ADMIN_URL,
-                           username="guest", password="guest", options=rabbitmq_harness.options)
+    rabbitmq_harness.put_dead_letters(
+        subscription,
+        [
+            (json.dumps({"order": 1}).encode(), {"tenant": "acme"}),
+            (json.dumps({"order": 2}).encode(), {"tenant": "globex"}),
+        ],
+    )
+    cluster = make_cluster(
+        "rabbitmq",
+        name="local-rabbit",
+        service_url=AMQP_URL,
+        admin_url=ADMIN_URL,
+        username="guest",
+        password="guest",
+        options=rabbitmq_harness.options,
+    )
     return cluster, subscription
 
 
@@ -53,7 +63,8 @@ def test_operator_collects_a_dlq_and_follows_it_to_the_archive(page, rabbit, rab
     row.get_by_role("button", name="Collect DLQ").click()
     page.wait_for_load_state()
     assert page.locator(".messages .msg-success").inner_text() == (
-        f"Collected 2 dead letter(s) from {subscription}.")
+        f"Collected 2 dead letter(s) from {subscription}."
+    )
     row = subscription_row(page, subscription)
     assert row.locator("td").all_inner_texts()[8] == "2"
     assert rabbitmq_harness.dead_letter_depth(subscription) == 0
