@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import log_in, screenshot
+from tests.browser.conftest import click_and_settle, log_in, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -108,6 +108,17 @@ def test_hostile_strings_are_shown_as_text_and_never_run(
     assert row.get_by_text(f"sub{IMAGE}", exact=True).is_visible()
     assert row.get_by_text(f"c{SCRIPT}", exact=True).is_visible()
     assert SCRIPT in row.locator("code").inner_text()
+    assert page.locator("main img, main script").count() == 0
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+
+    # Filtering by the hostile name sends it through the URL, htmx's swap and the
+    # pushed address; reloading that address renders it back into the form's field.
+    page.locator("form.filters input[name=subscription]").fill(f"sub{IMAGE}")
+    click_and_settle(page, page.locator("form.filters").get_by_role("button", name="Filter"))
+    assert page.locator("#results table.letters tbody tr").count() == 1
+    page.reload()
+    assert page.locator("form.filters input[name=subscription]").input_value() == f"sub{IMAGE}"
+    assert page.locator("#results table.letters tbody tr").count() == 1
     assert page.locator("main img, main script").count() == 0
     assert page.evaluate("typeof window.__pwned") == "undefined"
 
