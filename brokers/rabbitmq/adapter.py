@@ -341,6 +341,7 @@ class RabbitMQAdapter(BrokerAdapter):
             "dead_letter_rate": _rate(failed.get("message_stats"), "publish"),
             "vhost": self.vhost,
             "note": "depths and rates are the management API's samples (every few seconds)",
+            "peek_note": PEEK_EXPLANATION,
         }
         return SubscriptionInfo(
             name=name,

@@ -140,6 +140,7 @@ def test_inventory_shows_depths_consumers_and_rates(make_rabbitmq_harness):
     assert info.details["max_retries"] == 3
     assert info.source == f"orders.{harness.tag}.#"
     assert {"publish_rate", "retry_rate", "dead_letter_rate"} <= set(info.details)
+    assert info.details["peek_note"] == PEEK_EXPLANATION  # what the page says peeking does
 
 
 def test_collect_after_a_crash_between_commit_and_ack_archives_each_letter_once(
