@@ -171,9 +171,18 @@ class PulsarAdapter(BrokerAdapter):
 
     def check_connection(self) -> str:
         parts = [f"Pulsar at {self.config.service_url}"]
+        # Any lookup needs a live, authenticated connection. Look up a topic that exists
+        # where one is known: a broker set to auto-create partitioned topics may create
+        # the one it is asked about.
+        probe = "persistent://public/default/redrive-connection-check"
+        for known in self.config.known_subscriptions:
+            try:
+                probe = topic_parse(known.source).full
+                break
+            except InvalidName:
+                continue
         with _broker_errors("connect"):
-            # Any lookup needs a live, authenticated connection.
-            self._pulsar().get_topic_partitions("persistent://public/default/redrive-connection-check")
+            self._pulsar().get_topic_partitions(probe)
         if self._admin is not None:
             parts.append(f"admin API version {self._admin.version()[:40]}")
         if self._metrics is not None:
