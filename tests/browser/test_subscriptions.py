@@ -12,6 +12,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from brokers.rabbitmq.topology import retry_queue
 from console.archive.models import DeadLetter
 from tests.browser.conftest import log_in, screenshot
 from tests.fixtures.rabbitmq import ADMIN_URL, AMQP_URL
@@ -94,3 +95,24 @@ def test_broken_topology_shows_a_rebuild_plan_to_an_admin(page, rabbit, rabbitmq
     page.wait_for_url(f"**/clusters/{cluster.pk}/")
     assert page.locator(".messages .msg-success").inner_text().startswith(f"Rebuild of {subscription}:")
     assert subscription_row(page, subscription).locator(".badge.ok").inner_text() == "healthy"
+
+
+def test_peeking_the_retry_queue_shows_messages_and_leaves_them_there(page, rabbit, rabbitmq_harness, viewer):
+    cluster, subscription = rabbit
+    rabbitmq_harness.put_retry_messages(
+        subscription, [(b'{"order": 7}', {"tenant": "acme"}), (b"<b>not bold</b>", {"tenant": "initech"})]
+    )
+    log_in(page, viewer)
+    page.goto(f"/clusters/{cluster.pk}/")
+    subscription_row(page, subscription).get_by_role("link", name="Peek retry").click()
+    page.wait_for_url(f"**/clusters/{cluster.pk}/peek/?*")
+    rows = page.locator("main table tbody tr")
+    expect(rows).to_have_count(2)
+    text = " ".join(rows.all_inner_texts())
+    assert '{"order": 7}' in text and "<b>not bold</b>" in text and "tenant=initech" in text
+    assert page.locator("main b").count() == 0
+    screenshot(page, "peek")
+    # Peeking took nothing away.
+    assert rabbitmq_harness.depth(retry_queue(subscription)) == 2
+    page.get_by_role("link", name=f"Back to {cluster.name}").click()
+    page.wait_for_url(f"**/clusters/{cluster.pk}/")
