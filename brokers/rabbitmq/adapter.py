@@ -562,6 +562,7 @@ class RabbitMQAdapter(BrokerAdapter):
         """
         validate_queue_name(subscription)
         queue = retry_queue(subscription)
+        ttl_ms = self._retry_ttl_ms(queue)
         peeked: list[PeekedMessage] = []
         with self._connection(f"peeking {queue!r}") as connection:
             channel = connection.channel()
@@ -578,13 +579,24 @@ class RabbitMQAdapter(BrokerAdapter):
                         payload=bytes(body),
                         properties=string_properties(properties),
                         retry_count=retry_count_of(headers),
-                        due_at=last + timedelta(milliseconds=self.topology.retry_ttl_ms) if last else None,
+                        due_at=last + timedelta(milliseconds=ttl_ms) if last else None,
                     ))
             finally:
                 if channel.is_open:
                     # delivery tag 0 with multiple: every message fetched on this channel.
                     channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
         return peeked
+
+    def _retry_ttl_ms(self, queue: str) -> int:
+        """The TTL the retry queue really has (it may differ from the cluster's option),
+        from the management API when there is one; else the configured TTL."""
+        if self.config.admin_url:
+            with contextlib.suppress(BrokerError):
+                found = self._management().queue(queue)
+                ttl = self._effective(found or {}).get("message-ttl")
+                if isinstance(ttl, int):
+                    return ttl
+        return self.topology.retry_ttl_ms
 
     # republish --------------------------------------------------------------------------
     def replay_destinations(self, subscription: str) -> list[tuple[str, str]]:

@@ -76,6 +76,9 @@ class ManagementClient:
             return []
         return result
 
+    def queue(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"/queues/{self._v}/{quote(name, safe='')}", missing_ok=True)
+
     def exchange(self, name: str) -> dict[str, Any] | None:
         return self._get(f"/exchanges/{self._v}/{quote(name, safe='')}", missing_ok=True)
 

@@ -302,6 +302,12 @@ def test_peek_puts_every_message_back_in_order(rabbitmq_harness, adapter):
     assert [m.payload for m in first] == [b"m0", b"m1", b"m2"]
     assert [m.payload for m in everything] == [f"m{i}".encode() for i in range(5)]
     assert all(m.retry_count == 1 and m.due_at is not None for m in everything)
+    # Due = last failure + the queue's own TTL (600 s), even if the cluster's option says otherwise.
+    other_option = rabbitmq_harness.cluster_config(options={**harness.options, "retry_ttl_ms": 1000})
+    with adapter_for(other_option) as misinformed:
+        [oldest] = misinformed.peek_retry_queue(name, limit=1)
+    last = int(oldest.properties["x-redrive-last-failure-at"])
+    assert oldest.due_at.timestamp() * 1000 == pytest.approx(last + 600_000, abs=1)
     assert harness.depth(retry_queue(name)) == 5
     assert "requeue" in PEEK_EXPLANATION
 
