@@ -373,3 +373,53 @@ def test_an_unreachable_broker_is_a_temporary_error_for_every_operation(rabbitmq
                 call()
             assert not caught.value.permanent
             assert "cannot reach" in str(caught.value)
+
+
+def test_a_collector_process_killed_after_a_commit_loses_nothing(rabbitmq_harness, tmp_path):
+    import json
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    harness = rabbitmq_harness
+    name = harness.new_subscription()
+    harness.put_dead_letters(name, [(f"m{i}".encode(), {}) for i in range(25)])
+    archive = tmp_path / "archive.jsonl"
+    config = harness.cluster_config()
+    # The child "commits" each batch to a file (flushed and fsynced), and dies for good
+    # right after committing the second batch, before that batch's ack.
+    script = textwrap.dedent(f"""
+        import json, os
+        from brokers.base import ClusterConfig
+        from brokers.rabbitmq.adapter import RabbitMQAdapter
+        config = ClusterConfig(kind="rabbitmq", name="crash", service_url={config.service_url!r},
+                               admin_url={config.admin_url!r}, username="guest", password="guest",
+                               options={dict(config.options)!r})
+        batches = 0
+        def sink(batch):
+            global batches
+            with open({str(archive)!r}, "a") as f:
+                for letter in batch:
+                    f.write(json.dumps([letter.broker_message_id, letter.payload.decode()]) + "\\n")
+                f.flush()
+                os.fsync(f.fileno())
+            batches += 1
+            if batches == 2:
+                os._exit(9)
+        RabbitMQAdapter(config).collect_dead_letters({name!r}, sink, batch_size=10)
+    """)
+    root = Path(__file__).resolve().parents[3]
+    assert subprocess.run([sys.executable, "-c", script], cwd=root, timeout=60).returncode == 9
+
+    before = [json.loads(line) for line in archive.read_text().splitlines()]
+    assert len(before) == 20
+    assert harness.dead_letter_depth(name) == 15  # the second batch was never acknowledged
+
+    with adapter_for(config) as adapter:
+        after = collect_all(adapter, name)
+    archived = {message_id: payload for message_id, payload in before}
+    new = {x.broker_message_id: x.payload.decode() for x in after}
+    # The 10 committed-but-unacked letters come back with the same ids: no duplicate rows.
+    assert len(set(archived) & set(new)) == 10
+    assert sorted({**archived, **new}.values()) == sorted(f"m{i}" for i in range(25))
