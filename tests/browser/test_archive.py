@@ -170,3 +170,39 @@ def test_subscription_count_on_the_cluster_page_links_to_its_dead_letters(page, 
     expect_count(page, 7)
     expect(page.locator("form.filters select[name=cluster]")).to_have_value(str(east.pk))
     assert {(row["cluster"], row["subscription"]) for row in rows(page)} == {("east", "orders-sub")}
+
+
+def test_time_filters_narrow_the_archive_and_bad_dates_say_so(nojs_page, archive, viewer):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    page = nojs_page
+    log_in(page, viewer)
+    page.goto("/archive/")
+    now = timezone.now()
+    day_before, day_after = (now - timedelta(days=1)), (now + timedelta(days=1))
+    form = page.locator("form.filters")
+
+    # ISO with a "T": what a text field and a datetime-local field both accept.
+    form.locator("input[name=since]").fill(day_before.strftime("%Y-%m-%dT%H:%M"))
+    click_and_settle(page, form.get_by_role("button", name="Filter"), javascript=False)
+    expect_count(page, 12)
+    form.locator("input[name=since]").fill(day_after.strftime("%Y-%m-%dT%H:%M"))
+    click_and_settle(page, form.get_by_role("button", name="Filter"), javascript=False)
+    expect_count(page, 0)
+    form.locator("input[name=since]").fill("")
+    form.locator("input[name=until]").fill(day_before.strftime("%Y-%m-%dT%H:%M"))
+    click_and_settle(page, form.get_by_role("button", name="Filter"), javascript=False)
+    expect_count(page, 0)
+
+    # Typed by hand into the address: not a date, and an empty window.
+    page.goto("/archive/?since=yesterday")
+    expect(page.locator("#results [role=alert]")).to_contain_text("Enter a valid date/time.")
+    expect_count(page, 0)
+    page.goto(
+        f"/archive/?since={day_after.strftime('%Y-%m-%dT%H:%M')}&until={day_before.strftime('%Y-%m-%dT%H:%M')}"
+    )
+    expect(page.locator("#results [role=alert]")).to_have_text(
+        "'Collected since' is after 'Collected until'."
+    )
