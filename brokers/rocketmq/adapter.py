@@ -155,7 +155,8 @@ class RocketMQAdapter(BrokerAdapter):
         client = connection.client
         name = group.group
         problems: list[str] = []
-        backlog = 0 if group.topics else None
+        # Broadcasting instances keep their offsets to themselves: no backlog to read.
+        backlog = 0 if group.topics and group.mode != "broadcasting" else None
         in_flight = 0
         consumers = 0
         for topic in sorted(group.topics):
