@@ -14,6 +14,7 @@ a returned message is matched to its publication.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -144,8 +145,12 @@ class _Run:
     def _on_confirm(self, frame) -> None:
         method = frame.method
         acked = isinstance(method, Basic.Ack)
-        tags = ([t for t in self.in_flight if t <= method.delivery_tag] if method.multiple
-                else [method.delivery_tag])
+        if method.multiple:
+            # `in_flight` keeps publication order, so the covered tags are a prefix of it:
+            # stop at the first later one instead of scanning the whole window.
+            tags = list(itertools.takewhile(lambda t: t <= method.delivery_tag, self.in_flight))
+        else:
+            tags = [method.delivery_tag]
         for tag in tags:
             index = self.in_flight.pop(tag, None)
             if index is None:
