@@ -11,39 +11,40 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.jobs.clusters import with_cluster_names
+
 ORIGIN = "origin_message_id"
 BUSINESS_KEY = "business_key"
 # Ids listed per group; the count is always complete.
 MAX_IDS = 100
 
 
-def _groups(keyed: DataFrame, kind: str, key_property: str) -> DataFrame:
+def _groups(letters: DataFrame, keyed: DataFrame, kind: str, key_property: str) -> DataFrame:
     keys = ["cluster_id", "subscription", "key"]
     # Most keys are unique: find the repeated ones first (a plain count), and collect
     # ids only for those, instead of building a list for every one of millions of keys.
     repeated = keyed.groupBy(*keys).agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1)
-    return (
+    grouped = (
         keyed.join(repeated, on=keys, how="inner")
         .groupBy(*keys)
         .agg(
-            F.max("cluster_name").alias("cluster_name"),
             F.max("copies").alias("copies"),
             F.slice(F.sort_array(F.collect_list("id")), 1, MAX_IDS).alias("letter_ids"),
             F.min("collected_at").alias("first_seen"),
             F.max("collected_at").alias("last_seen"),
         )
-        .select(
-            F.lit(kind).alias("kind"),
-            F.lit(key_property).alias("key_property"),
-            "cluster_id",
-            "cluster_name",
-            "subscription",
-            "key",
-            "copies",
-            "letter_ids",
-            "first_seen",
-            "last_seen",
-        )
+    )
+    return with_cluster_names(grouped, letters).select(
+        F.lit(kind).alias("kind"),
+        F.lit(key_property).alias("key_property"),
+        "cluster_id",
+        "cluster_name",
+        "subscription",
+        "key",
+        "copies",
+        "letter_ids",
+        "first_seen",
+        "last_seen",
     )
 
 
@@ -54,11 +55,13 @@ def transform(letters: DataFrame, *, business_key: str | None = None) -> DataFra
     `business_key` names the property holding the key (e.g. "order_id"); without it
     only origin-id duplicates are reported. Empty keys are never duplicates.
     """
-    by_origin = _groups(letters.where(F.length(ORIGIN) > 0).withColumn("key", F.col(ORIGIN)), ORIGIN, ORIGIN)
+    by_origin = _groups(
+        letters, letters.where(F.length(ORIGIN) > 0).withColumn("key", F.col(ORIGIN)), ORIGIN, ORIGIN
+    )
     if not business_key:
         return by_origin
     value = F.col("properties").getItem(business_key)
     by_business_key = _groups(
-        letters.where(F.length(value) > 0).withColumn("key", value), BUSINESS_KEY, business_key
+        letters, letters.where(F.length(value) > 0).withColumn("key", value), BUSINESS_KEY, business_key
     )
     return by_origin.unionByName(by_business_key)

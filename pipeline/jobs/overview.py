@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.jobs.clusters import with_cluster_names
 from pipeline.schema import DISCARDED, FAILED, PARKED, REPLAYED, REPLAYING
 
 
@@ -22,7 +23,6 @@ def transform(letters: DataFrame) -> DataFrame:
     counted = letters.groupBy(
         "cluster_id", "subscription", "source", F.to_date("collected_at").alias("day")
     ).agg(
-        F.max("cluster_name").alias("cluster_name"),
         F.count(F.lit(1)).alias("dead_letters"),
         _count_state(REPLAYED).alias("replayed"),
         _count_state(DISCARDED).alias("discarded"),
@@ -31,10 +31,7 @@ def transform(letters: DataFrame) -> DataFrame:
         _count_state(REPLAYING).alias("replaying"),
     )
     attempts = F.col("replayed") + F.col("replay_failed")
-    return counted.withColumn(
-        "replay_success_rate",
-        F.when(attempts > 0, F.col("replayed") / attempts).otherwise(F.lit(None).cast("double")),
-    ).select(
+    return with_cluster_names(counted, letters).select(
         "cluster_id",
         "cluster_name",
         "subscription",
@@ -46,5 +43,7 @@ def transform(letters: DataFrame) -> DataFrame:
         "parked",
         "replay_failed",
         "replaying",
-        "replay_success_rate",
+        F.when(attempts > 0, F.col("replayed") / attempts)
+        .otherwise(F.lit(None).cast("double"))
+        .alias("replay_success_rate"),
     )

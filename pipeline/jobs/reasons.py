@@ -76,18 +76,33 @@ def transform(letters: DataFrame) -> DataFrame:
 
     Each row says how many letters, in how many subscriptions, when first and last
     collected, and gives one example: the letter with the lowest id, its raw text.
+    Counting per subscription first, then per reason, keeps every aggregation on
+    numbers (fast hash aggregation); the example's text is looked up by id at the end.
     """
-    example = F.min(F.struct(F.col("id"), F.col("error_text"), F.col("subscription")))
-    return (
+    per_subscription = (
         with_reason(letters)
-        .groupBy("error_class", "error_pattern")
+        .groupBy("error_class", "error_pattern", "cluster_id", "subscription")
         .agg(
             F.count(F.lit(1)).alias("letters"),
-            F.countDistinct("cluster_id", "subscription").alias("subscriptions"),
             F.min("collected_at").alias("first_seen"),
             F.max("collected_at").alias("last_seen"),
-            example.alias("example"),
+            F.min("id").alias("example_letter_id"),
         )
+    )
+    per_reason = per_subscription.groupBy("error_class", "error_pattern").agg(
+        F.sum("letters").alias("letters"),
+        F.count(F.lit(1)).alias("subscriptions"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+        F.min("example_letter_id").alias("example_letter_id"),
+    )
+    examples = letters.select(
+        F.col("id").alias("example_letter_id"),
+        error_text().alias("example_text"),
+        F.col("subscription").alias("example_subscription"),
+    )
+    return (
+        per_reason.join(examples, on="example_letter_id", how="inner")
         .select(
             "error_class",
             "error_pattern",
@@ -95,9 +110,9 @@ def transform(letters: DataFrame) -> DataFrame:
             "subscriptions",
             "first_seen",
             "last_seen",
-            F.col("example.id").alias("example_letter_id"),
-            F.col("example.error_text").alias("example_text"),
-            F.col("example.subscription").alias("example_subscription"),
+            "example_letter_id",
+            "example_text",
+            "example_subscription",
         )
         .orderBy(F.desc("letters"), "error_class", "error_pattern")
     )

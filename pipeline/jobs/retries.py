@@ -5,6 +5,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from pipeline.jobs.clusters import with_cluster_names
+
 KEYS = ("cluster_id", "subscription")
 # Whole percents, so the rank is computed in integers: ceil(total * pct / 100).
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
@@ -18,11 +20,8 @@ def _rank(percent: int):
 def histogram(letters: DataFrame) -> DataFrame:
     """(cluster_id, cluster_name, subscription, retry_count, letters): how many letters
     reached the DLQ after that many retries."""
-    return (
-        letters.groupBy(*KEYS, "retry_count")
-        .agg(F.max("cluster_name").alias("cluster_name"), F.count(F.lit(1)).alias("letters"))
-        .select(*KEYS, "cluster_name", "retry_count", "letters")
-    )
+    counted = letters.groupBy(*KEYS, "retry_count").agg(F.count(F.lit(1)).alias("letters"))
+    return with_cluster_names(counted, letters).select(*KEYS, "cluster_name", "retry_count", "letters")
 
 
 def time_to_dlq(letters: DataFrame) -> DataFrame:
@@ -38,12 +37,10 @@ def time_to_dlq(letters: DataFrame) -> DataFrame:
     seconds = (F.unix_timestamp("last_failure_at") - F.unix_timestamp("first_failure_at")).cast("long")
     measured = (
         letters.where(F.col("first_failure_at").isNotNull() & F.col("last_failure_at").isNotNull())
-        .select(*KEYS, "cluster_name", seconds.alias("seconds"))
+        .select(*KEYS, seconds.alias("seconds"))
         .where(F.col("seconds") >= 0)
     )
-    per_duration = measured.groupBy(*KEYS, "seconds").agg(
-        F.count(F.lit(1)).alias("n"), F.max("cluster_name").alias("cluster_name")
-    )
+    per_duration = measured.groupBy(*KEYS, "seconds").agg(F.count(F.lit(1)).alias("n"))
     running = (
         Window.partitionBy(*KEYS).orderBy("seconds").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
@@ -54,14 +51,12 @@ def time_to_dlq(letters: DataFrame) -> DataFrame:
         F.min(F.when(F.col("cumulative") >= _rank(percent), F.col("seconds"))).alias(name)
         for name, percent in PERCENTILES.items()
     ]
-    return (
-        walked.groupBy(*KEYS)
-        .agg(
-            F.max("cluster_name").alias("cluster_name"),
-            F.max("total").alias("letters"),
-            F.min("seconds").alias("min_seconds"),
-            *picks,
-            F.max("seconds").alias("max_seconds"),
-        )
-        .select(*KEYS, "cluster_name", "letters", "min_seconds", *PERCENTILES, "max_seconds")
+    percentiles = walked.groupBy(*KEYS).agg(
+        F.max("total").alias("letters"),
+        F.min("seconds").alias("min_seconds"),
+        *picks,
+        F.max("seconds").alias("max_seconds"),
+    )
+    return with_cluster_names(percentiles, letters).select(
+        *KEYS, "cluster_name", "letters", "min_seconds", *PERCENTILES, "max_seconds"
     )
