@@ -520,6 +520,14 @@ class PulsarAdapter(BrokerAdapter):
         """One batching producer per destination, kept until close(): a replay job
         calls republish chunk after chunk."""
         producer = self._producers.get(topic)
+        if producer is not None and not producer.is_connected():
+            # The broker went away since the last chunk: start afresh, so an
+            # unreachable broker raises (and the caller waits) instead of every message
+            # timing out one by one.
+            self._producers.pop(topic, None)
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
+            producer = None
         if producer is None:
             producer = self._pulsar().create_producer(
                 topic, batching_enabled=True, batching_max_publish_delay_ms=5,

@@ -225,3 +225,23 @@ def test_a_crash_after_the_archive_commit_but_before_the_ack_loses_nothing(pulsa
     # storing them again adds no duplicate.
     assert sorted(x.payload for x in again) == [b"a", b"b"]
     assert set(json.loads(out.read_text())) <= {x.broker_message_id for x in again}
+
+
+def test_republish_raises_once_the_broker_goes_away_between_chunks(tmp_path):
+    """A replay job calls republish chunk after chunk on one adapter: when the broker
+    disappears in between, the next call must say so rather than time out per message."""
+    from brokers.pulsar.embedded import EmbeddedPulsar
+
+    broker = EmbeddedPulsar(tmp_path).start()
+    try:
+        config = ClusterConfig(kind="pulsar", name="brief", service_url=broker.service_url, timeout_seconds=3)
+        with PulsarAdapter(config) as adapter:
+            message = ReplayMessage(key="1", subscription="s", source="persistent://public/default/brief",
+                                    payload=b"x")
+            assert adapter.republish([message])[0].confirmed
+            broker.stop()
+            with pytest.raises(BrokerError) as caught:
+                adapter.republish([message])
+            assert not caught.value.permanent
+    finally:
+        broker.stop()
