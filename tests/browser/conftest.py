@@ -88,8 +88,8 @@ def log_in(page: Page, user, password: str = PASSWORD) -> None:
     page.goto("/login/")
     page.get_by_label("Username", exact=True).fill(user.get_username())
     page.get_by_label("Password", exact=True).fill(password)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Log in").click()
     assert page.get_by_role("button", name="Log out").is_visible(), page.content()
 
 

@@ -16,14 +16,14 @@ def test_new_api_token_is_shown_once_and_replaces_the_old_one(page, operator):
     page.wait_for_url("**/account/")
     assert page.locator("#api-token").count() == 0
 
-    page.get_by_role("button", name="Issue a new token").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Issue a new token").click()
     first = page.locator("#api-token").inner_text()
     assert first == Token.objects.get(user=operator).key
     screenshot(page, "account")
 
-    page.get_by_role("button", name="Issue a new token").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Issue a new token").click()
     second = page.locator("#api-token").inner_text()
     assert second != first and Token.objects.get(user=operator).key == second
 

@@ -84,8 +84,8 @@ def test_invalid_cluster_form_shows_errors_without_echoing_the_password(page, ad
     page.get_by_label("Name", exact=True).fill("")
     # The browser's own check would stop an empty required field; the server's must too.
     page.locator("form.form").evaluate("form => form.noValidate = true")
-    page.get_by_role("button", name="Save").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save").click()
 
     assert page.url.endswith("/clusters/add/")
     errors = page.locator(".errorlist").all_inner_texts()
@@ -150,8 +150,8 @@ def test_admin_deletes_a_cluster_only_once_its_archive_is_empty(
     # Folded away until asked for.
     assert not page.get_by_role("button", name="Delete cluster").is_visible()
     page.get_by_text("Delete this cluster…").click()
-    page.get_by_role("button", name="Delete cluster").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Delete cluster").click()
     assert (
         page.locator(".messages .msg-error")
         .inner_text()

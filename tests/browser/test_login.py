@@ -33,8 +33,8 @@ def test_wrong_password_shows_an_error_and_stays_logged_out(page, operator):
     page.goto("/login/")
     page.get_by_label("Username", exact=True).fill(operator.username)
     page.get_by_label("Password", exact=True).fill(PASSWORD + "-wrong")
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Log in").click()
     assert page.locator(".error").inner_text() == (
         "Your username and password didn't match. Please try again."
     )

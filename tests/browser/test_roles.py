@@ -18,23 +18,23 @@ pytestmark = pytest.mark.browser
 
 def post_form(page, action: str, fields: dict[str, str]) -> None:
     """Submit a POST form to `action` from the current page, with its CSRF token, as a browser does."""
-    page.evaluate(
-        """([action, fields]) => {
-            const form = document.createElement("form");
-            form.method = "post";
-            form.action = action;
-            const token = document.querySelector("input[name=csrfmiddlewaretoken]").value;
-            for (const [name, value] of Object.entries({...fields, csrfmiddlewaretoken: token})) {
-                const input = document.createElement("input");
-                input.type = "hidden"; input.name = name; input.value = value;
-                form.appendChild(input);
-            }
-            document.body.appendChild(form);
-            form.submit();
-        }""",
-        [action, fields],
-    )
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.evaluate(
+            """([action, fields]) => {
+                const form = document.createElement("form");
+                form.method = "post";
+                form.action = action;
+                const token = document.querySelector("input[name=csrfmiddlewaretoken]").value;
+                for (const [name, value] of Object.entries({...fields, csrfmiddlewaretoken: token})) {
+                    const input = document.createElement("input");
+                    input.type = "hidden"; input.name = name; input.value = value;
+                    form.appendChild(input);
+                }
+                document.body.appendChild(form);
+                form.submit();
+            }""",
+            [action, fields],
+        )
 
 
 def test_viewer_sees_no_discard_checkbox_and_posting_the_discard_form_is_refused(

@@ -61,8 +61,8 @@ def test_operator_collects_a_dlq_and_follows_it_to_the_archive(page, rabbit, rab
     assert row.locator(".badge.ok").inner_text() == "healthy"
     screenshot(page, "subscriptions")
 
-    row.get_by_role("button", name="Collect DLQ").click()
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        row.get_by_role("button", name="Collect DLQ").click()
     assert page.locator(".messages .msg-success").inner_text() == (
         f"Collected 2 dead letter(s) from {subscription}."
     )
