@@ -1,8 +1,9 @@
 """What htmx does when the answer is not the fragment it asked for.
 
 A session that ended (logged out in another tab, expired) turns an htmx request into
-a redirect to the login page; a refused action into the 403 page. Either must show as
-a whole page, never as a login form nested inside the results table, nor as nothing.
+a redirect to the login page; a refused form into the 403 page; a bug into the 500
+page. Each must show as a whole page, never as a login form nested inside the results
+table, nor as nothing at all.
 """
 
 from __future__ import annotations
@@ -71,3 +72,29 @@ def test_plain_form_after_the_session_ended_shows_the_expired_form_page(
     assert answer.value.status == 403
     expect(nojs_page.get_by_role("heading", name="This form has expired")).to_be_visible()
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetter.STATE_PARKED
+
+
+def test_an_unexpected_error_during_an_htmx_filter_shows_the_error_page(
+    page, viewer, make_cluster, make_dead_letters, monkeypatch
+):
+    """The live server runs in this process, so breaking the selector breaks the page."""
+    import console.archive.selectors
+
+    make_dead_letters(make_cluster("rabbitmq"), 1)
+    log_in(page, viewer)
+    page.goto("/archive/")
+    expect(page.locator("#results table.letters tbody tr")).to_have_count(1)
+
+    def broken(**filters):
+        raise RuntimeError("secret internals: password=hunter2")
+
+    monkeypatch.setattr(console.archive.selectors, "dead_letter_list", broken)
+    with page.expect_response(re.compile(r"/archive/\?")) as answer:
+        page.locator("form.filters").get_by_role("button", name="Filter").click()
+    assert answer.value.status == 500
+    expect(page.get_by_role("heading", name="Something went wrong")).to_be_visible()
+    assert page.locator("#results").count() == 0
+    # Nothing of the error itself reaches the browser.
+    assert "hunter2" not in page.content() and "Traceback" not in page.content()
+    page.get_by_role("link", name="Back to the clusters").click()
+    page.wait_for_url("**/clusters/")
