@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,11 +168,14 @@ def reconsume_later(channel: Any, method: Any, properties: pika.BasicProperties,
 
 @dataclass
 class ConsumeStats:
+    """Counts of one `run`; `outcomes` keeps the last 1,000 ("ok", "retry", "failed")
+    so a consumer running for days does not grow without bound."""
+
     handled: int = 0
     retried: int = 0
     dead_lettered: int = 0
     copy_errors: int = 0
-    outcomes: list[str] = field(default_factory=list)
+    outcomes: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
 
 
 Handler = Callable[[ReceivedMessage], None]
