@@ -35,10 +35,19 @@ class PulsarAdmin:
                  timeout: float = 5.0) -> None:
         parts = urllib.parse.urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BrokerError(f"admin URL {base_url!r} is not an http(s) URL", permanent=True)
+            raise BrokerError(f"the admin URL must be an http(s) URL with a host, not scheme "
+                              f"{parts.scheme or 'none'!r}", permanent=True)
         self.base_url = base_url.strip().rstrip("/")
+        # Errors name the URL: never with credentials written into it.
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        self.display_url = urllib.parse.urlunsplit(parts._replace(
+            netloc=host + (f":{parts.port}" if parts.port else ""))).rstrip("/")
         self.timeout = timeout
         self._headers = {"Accept": "application/json"}
+        if parts.username and not (token or username):
+            username, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(
+                parts.password or "")
+            self.base_url = self.display_url
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         elif username:
@@ -115,10 +124,10 @@ class PulsarAdmin:
                               permanent=400 <= exc.code < 500 and exc.code != 429) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise BrokerError(f"cannot reach the admin API at {self.base_url}: {reason}") from None
+            raise BrokerError(f"cannot reach the admin API at {self.display_url}: {reason}") from None
         if "html" in content_type.lower() or raw.lstrip()[:1] == b"<":
             raise BrokerError(
-                f"{self.base_url} answered an HTML page, not the Pulsar admin API: check the admin URL",
+                f"{self.display_url} answered an HTML page, not the Pulsar admin API: check the admin URL",
                 permanent=True,
             )
         if not expect_json:
@@ -126,7 +135,7 @@ class PulsarAdmin:
         try:
             return json.loads(raw)
         except ValueError:
-            raise BrokerError(f"{self.base_url} did not answer JSON: check the admin URL",
+            raise BrokerError(f"{self.display_url} did not answer JSON: check the admin URL",
                               permanent=True) from None
 
 

@@ -279,3 +279,14 @@ def test_rebuild_of_an_unknown_subscription_is_a_permanent_error(recorded, pulsa
     with pytest.raises(BrokerError) as caught:
         adapter_for_recorded(recorded, pulsar_broker).plan_rebuild("nobody")
     assert caught.value.permanent
+
+
+def test_credentials_written_into_the_admin_url_are_sent_as_basic_auth_and_never_shown():
+    admin = PulsarAdmin(f"http://ops:hunter2@127.0.0.1:{free_port()}", timeout=2)
+    assert admin.base_url.startswith("http://127.0.0.1:")
+    with pytest.raises(BrokerError) as caught:
+        admin.tenants()
+    assert "hunter2" not in caught.value.message and "ops:" not in caught.value.message
+    with pytest.raises(BrokerError) as refused:
+        PulsarAdmin("ftp://ops:hunter2@host/admin")
+    assert "hunter2" not in refused.value.message
