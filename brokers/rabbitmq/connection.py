@@ -30,7 +30,8 @@ def connection_parameters(config: ClusterConfig, *, purpose: str = "console") ->
     (falling back to the URL's), the vhost of `vhost_of`, the config's timeout."""
     url = config.service_url or ""
     if not url.startswith(("amqp://", "amqps://")):
-        raise BrokerError(f"a RabbitMQ service URL starts with amqp:// or amqps://, not {url[:40]!r}",
+        scheme = url.split("://", 1)[0] + "://" if "://" in url else "no scheme"
+        raise BrokerError(f"a RabbitMQ service URL starts with amqp:// or amqps://, not {scheme[:20]!r}",
                           permanent=True)
     try:
         parameters = pika.URLParameters(url)
@@ -51,13 +52,14 @@ def broker_error(exc: BaseException, config: ClusterConfig, *, doing: str = "tal
                  ) -> BrokerError:
     """One clear BrokerError for whatever pika raised (never echoing the password)."""
     vhost = vhost_of(config)
+    user = config.username or unquote(urlsplit(config.service_url).username or "") or "guest"
     if isinstance(exc, BrokerError):
         return exc
     if isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
         return BrokerError(f"RabbitMQ denied access to vhost {vhost!r}: it does not exist or "
-                           f"user {config.username or 'guest'!r} has no permission on it", permanent=True)
+                           f"user {user!r} has no permission on it", permanent=True)
     if isinstance(exc, pika.exceptions.ProbableAuthenticationError | pika.exceptions.AuthenticationError):
-        return BrokerError(f"RabbitMQ refused the credentials of user {config.username or 'guest'!r}",
+        return BrokerError(f"RabbitMQ refused the credentials of user {user!r}",
                            permanent=True)
     if isinstance(exc, pika.exceptions.ConnectionClosedByBroker):
         if exc.reply_code == 530:

@@ -8,7 +8,7 @@ side is used wherever an exact count matters (collect, discard).
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import requests
 
@@ -23,12 +23,24 @@ class ManagementClient:
         if not config.admin_url.startswith(("http://", "https://")):
             raise BrokerError("the management API URL must start with http:// or https://",
                               permanent=True)
-        self.base = config.admin_url.rstrip("/") + "/api"
+        parts = urlsplit(config.admin_url)
+        # Credentials written into the URL are used (when the config has none) but never
+        # kept in the address that error messages show.
+        url_user, url_password = unquote(parts.username or ""), unquote(parts.password or "")
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        self.base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")) + "/api"
         self.vhost = vhost
-        self.username = config.username or "guest"
+        if config.username:
+            self.username, password = config.username, config.password
+        elif url_user:
+            self.username, password = url_user, url_password
+        else:
+            self.username, password = "guest", "guest"
         self.timeout = config.timeout_seconds
         self.session = requests.Session()
-        self.session.auth = (self.username, config.password or ("guest" if not config.username else ""))
+        self.session.auth = (self.username, password)
 
     def close(self) -> None:
         self.session.close()

@@ -423,3 +423,21 @@ def test_a_collector_process_killed_after_a_commit_loses_nothing(rabbitmq_harnes
     # The 10 committed-but-unacked letters come back with the same ids: no duplicate rows.
     assert len(set(archived) & set(new)) == 10
     assert sorted({**archived, **new}.values()) == sorted(f"m{i}" for i in range(25))
+
+
+def test_credentials_written_into_the_urls_are_used_and_never_shown(rabbitmq_harness):
+    config = rabbitmq_harness.cluster_config(username="", password="",
+                                             service_url="amqp://guest:guest@127.0.0.1:5672/%2F",
+                                             admin_url="http://guest:guest@127.0.0.1:15672")
+    with adapter_for(config) as adapter:
+        assert "RabbitMQ" in adapter.check_connection()
+        name = rabbitmq_harness.new_subscription()
+        assert name in {s.name for s in adapter.list_subscriptions()}
+    wrong = rabbitmq_harness.cluster_config(username="", password="",
+                                            admin_url="http://guest:s3cret-pw@127.0.0.1:15672")
+    with adapter_for(wrong) as adapter, pytest.raises(BrokerError) as caught:
+        adapter.list_subscriptions()
+    assert "refused the credentials" in str(caught.value) and "s3cret-pw" not in str(caught.value)
+    with pytest.raises(BrokerError) as bad_url:
+        adapter_for(rabbitmq_harness.cluster_config(service_url="http://u:s3cret-pw@x")).check_connection()
+    assert "s3cret-pw" not in str(bad_url.value)
