@@ -76,3 +76,29 @@ def test_the_pulsar_demo_registers_its_subscription_and_its_dead_letters_reach_t
     assert letter.properties["error"].startswith("CardDeclined")
     assert letter.properties["REAL_TOPIC"] == pulsar_demo.SOURCE
     assert AuditEntry.objects.filter(action="archive.collect", actor_name="system").exists()
+
+
+def test_the_demo_command_drives_the_reachable_default_clusters_and_stops(transactional_db, pulsar_broker):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from console.clusters.models import RegisteredSubscription
+    from console.runner.services import embedded_pulsar_cluster_ensure
+
+    cluster = embedded_pulsar_cluster_ensure(service_url=pulsar_broker.service_url,
+                                             metrics_url=pulsar_broker.metrics_url)
+    out = StringIO()
+    call_command("demo", "--seconds", "3", stdout=out, stderr=StringIO())
+    assert "Demo traffic on:" in out.getvalue() and "embedded-pulsar" in out.getvalue()
+    assert RegisteredSubscription.objects.filter(cluster=cluster, name="demo-billing").exists()
+
+
+def test_the_demo_command_says_so_when_nothing_is_reachable(transactional_db):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    err = StringIO()
+    call_command("demo", "--seconds", "1", stdout=StringIO(), stderr=err)
+    assert "No default cluster" in err.getvalue()
