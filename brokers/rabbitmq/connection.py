@@ -19,7 +19,10 @@ def vhost_of(config: ClusterConfig) -> str:
     """The vhost: `options["vhost"]`, else the path of the amqp URL (`/%2F` is "/")."""
     if config.options.get("vhost"):
         return str(config.options["vhost"])
-    path = urlsplit(config.service_url).path
+    try:
+        path = urlsplit(config.service_url).path
+    except ValueError as exc:
+        raise BrokerError(f"cannot read the service URL: {exc}", permanent=True) from exc
     if not path or path == "/":
         return DEFAULT_VHOST
     return unquote(path[1:])
@@ -51,8 +54,11 @@ def connection_parameters(config: ClusterConfig, *, purpose: str = "console") ->
 def broker_error(exc: BaseException, config: ClusterConfig, *, doing: str = "talking to RabbitMQ"
                  ) -> BrokerError:
     """One clear BrokerError for whatever pika raised (never echoing the password)."""
-    vhost = vhost_of(config)
-    user = config.username or unquote(urlsplit(config.service_url).username or "") or "guest"
+    try:
+        vhost = vhost_of(config)
+        user = config.username or unquote(urlsplit(config.service_url).username or "") or "guest"
+    except (BrokerError, ValueError):
+        vhost, user = "?", config.username or "guest"
     if isinstance(exc, BrokerError):
         return exc
     if isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
@@ -82,8 +88,11 @@ def broker_error(exc: BaseException, config: ClusterConfig, *, doing: str = "tal
 
 
 def _where(config: ClusterConfig) -> str:
-    parts = urlsplit(config.service_url)
-    return f"{parts.hostname}:{parts.port or 5672}"
+    try:
+        parts = urlsplit(config.service_url)
+        return f"{parts.hostname}:{parts.port or 5672}"
+    except ValueError:
+        return "(an unreadable address)"
 
 
 @contextlib.contextmanager

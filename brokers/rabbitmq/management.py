@@ -23,13 +23,17 @@ class ManagementClient:
         if not config.admin_url.startswith(("http://", "https://")):
             raise BrokerError("the management API URL must start with http:// or https://",
                               permanent=True)
-        parts = urlsplit(config.admin_url)
+        try:
+            parts = urlsplit(config.admin_url)
+            port = parts.port
+        except ValueError as exc:
+            raise BrokerError(f"cannot read the management API URL: {exc}", permanent=True) from exc
         # Credentials written into the URL are used (when the config has none) but never
         # kept in the address that error messages show.
         url_user, url_password = unquote(parts.username or ""), unquote(parts.password or "")
         netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
+        if port:
+            netloc += f":{port}"
         self.base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")) + "/api"
         self.vhost = vhost
         if config.username:

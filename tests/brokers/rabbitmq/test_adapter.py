@@ -441,3 +441,19 @@ def test_credentials_written_into_the_urls_are_used_and_never_shown(rabbitmq_har
     with pytest.raises(BrokerError) as bad_url:
         adapter_for(rabbitmq_harness.cluster_config(service_url="http://u:s3cret-pw@x")).check_connection()
     assert "s3cret-pw" not in str(bad_url.value)
+
+
+@pytest.mark.parametrize(("service_url", "admin_url"), [
+    ("amqp://127.0.0.1:abc/", ""),
+    ("amqp://[::1", ""),
+    ("", ""),
+    ("amqp://127.0.0.1:5672/%2F", "http://127.0.0.1:xx"),
+    ("amqp://127.0.0.1:5672/%2F", "http://[::1"),
+    ("amqp://127.0.0.1:5672/%2F", "ftp://127.0.0.1"),
+])
+def test_unreadable_urls_are_a_clear_permanent_error(rabbitmq_harness, service_url, admin_url):
+    config = rabbitmq_harness.cluster_config(service_url=service_url, admin_url=admin_url)
+    with pytest.raises(BrokerError) as caught, adapter_for(config) as adapter:
+        adapter.list_subscriptions() if admin_url else adapter.check_connection()
+    assert caught.value.permanent
+    assert "URL" in str(caught.value)
