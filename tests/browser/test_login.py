@@ -52,3 +52,30 @@ def test_log_out_ends_the_session(page, operator):
     page.wait_for_url("**/login/")
     page.goto("/archive/")
     assert "/login/" in page.url
+
+
+@pytest.mark.parametrize(
+    ("role", "sections"),
+    [
+        ("viewer", ["Clusters", "Dead letters"]),
+        ("admin", ["Clusters", "Dead letters", "Audit log"]),
+    ],
+)
+def test_every_page_offers_the_same_sections_and_marks_the_current_one(page, make_user, role, sections):
+    """Sections added by other apps (replay, analytics) show too, when the role may open them."""
+    user = make_user(role)
+    log_in(page, user)
+    seen = {}
+    for path, current in [("/clusters/", "Clusters"), ("/archive/", "Dead letters")]:
+        page.goto(path)
+        links = page.locator(".topbar nav a")
+        seen[path] = links.all_inner_texts()
+        assert page.locator(".topbar nav a[aria-current=page]").inner_text() == current
+    assert seen["/clusters/"] == seen["/archive/"]
+    assert [
+        name for name in seen["/clusters/"] if name in ("Clusters", "Dead letters", "Audit log")
+    ] == sections
+    for name in seen["/clusters/"]:
+        with page.expect_navigation():
+            page.locator(".topbar nav").get_by_role("link", name=name, exact=True).click()
+        assert page.locator(".topbar nav a[aria-current=page]").inner_text() == name
