@@ -55,7 +55,8 @@ def compose() -> dict:
 def test_compose_file_has_every_service_with_a_healthcheck():
     """Docker cannot run here; this checks the file parses and is complete."""
     services = compose()["services"]
-    assert set(services) == {"web", "worker", "beat", "postgres", "redis", "rabbitmq", "pulsar"}
+    assert set(services) == {"web", "worker", "beat", "rocketmq-scheduler", "postgres", "redis",
+                             "rabbitmq", "pulsar"}
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
@@ -69,8 +70,11 @@ def test_compose_commands_point_at_what_the_project_has():
     for name in ("worker", "beat"):
         assert services[name]["command"].startswith("celery -A console ")
     assert (ROOT / "console" / "celery.py").exists()
+    scheduler = services["rocketmq-scheduler"]["command"].split()
+    assert scheduler[:2] == ["python", "manage.py"]
+    assert (ROOT / "console" / "runner" / "management" / "commands" / f"{scheduler[2]}.py").exists()
     # Every Redrive service gets the production settings.
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "beat", "rocketmq-scheduler"):
         env = services[name]["environment"]
         assert env["DEBUG"] == "false"
         assert env["DATABASE_URL"].startswith("postgres://")

@@ -1,5 +1,5 @@
 """Run the console on embedded defaults: web server, Celery worker and beat, an
-embedded pulsar-lite broker and demo traffic.
+embedded pulsar-lite broker, the RocketMQ-style delay scheduler and demo traffic.
 
 Anything unreachable (Redis for Celery, a broker) is reported and skipped; the web
 console always starts.
@@ -47,6 +47,9 @@ class Command(BaseCommand):
         else:
             self.stderr.write(f"Redis for Celery is unreachable at {settings.CELERY_BROKER_URL}: "
                               "scheduled and background jobs will not run.")
+        if tcp_reachable(settings.ROCKETMQ_DEFAULT_URL, default_port=6379):
+            # Retries on RocketMQ-style clusters wait in a delay set until this moves them.
+            processes.append(subprocess.Popen([python, "manage.py", "rocketmq_scheduler"]))
         address = f"{options['host']}:{options['port']}"
         processes.append(subprocess.Popen(
             [python, "manage.py", "runserver", address, "--noreload"]))
