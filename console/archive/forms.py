@@ -16,8 +16,10 @@ class ArchiveFilterForm(forms.Form):
         required=False, max_length=1000, label="Property",
         help_text="key=value, e.g. error=TimeoutException",
     )
-    since = forms.DateTimeField(required=False, label="Collected since")
-    until = forms.DateTimeField(required=False, label="Collected until")
+    since = forms.DateTimeField(required=False, label="Collected since",
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(required=False, label="Collected until",
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
     def clean_property(self) -> tuple[str, str] | None:
         raw = self.cleaned_data.get("property", "")

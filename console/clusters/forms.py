@@ -9,11 +9,11 @@ class ClusterForm(forms.ModelForm):
     """Add or edit a cluster. Secrets are write-only: left blank, the stored one stays."""
 
     password = forms.CharField(
-        required=False, strip=False, widget=forms.PasswordInput(render_value=False),
+        required=False, strip=False, widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Stored encrypted; never shown again. Leave blank to keep the current one.",
     )
     token = forms.CharField(
-        required=False, strip=False, widget=forms.PasswordInput(render_value=False),
+        required=False, strip=False, widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Auth token (Pulsar). Stored encrypted; leave blank to keep the current one.",
     )
     options = forms.JSONField(
