@@ -4,16 +4,19 @@ from django import forms
 
 from console.clusters.models import Cluster
 
+# Write-only, and never autofilled with the admin's own console password.
+SECRET_INPUT = forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"})
+
 
 class ClusterForm(forms.ModelForm):
     """Add or edit a cluster. Secrets are write-only: left blank, the stored one stays."""
 
     password = forms.CharField(
-        required=False, strip=False, widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        required=False, strip=False, widget=SECRET_INPUT,
         help_text="Stored encrypted; never shown again. Leave blank to keep the current one.",
     )
     token = forms.CharField(
-        required=False, strip=False, widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        required=False, strip=False, widget=SECRET_INPUT,
         help_text="Auth token (Pulsar). Stored encrypted; leave blank to keep the current one.",
     )
     options = forms.JSONField(
