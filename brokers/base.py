@@ -211,6 +211,10 @@ class BrokerAdapter(abc.ABC):
     """
 
     kind: str = ""
+    # What peeking does on this broker, in words for the operator (the peek page shows it).
+    peek_note: str = (
+        "Peeking reads the retry queue without consuming it: nothing is acknowledged or moved."
+    )
 
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config

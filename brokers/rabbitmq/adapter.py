@@ -243,6 +243,7 @@ class _DeadLetterReader(threading.Thread):
 
 class RabbitMQAdapter(BrokerAdapter):
     kind = "rabbitmq"
+    peek_note = PEEK_EXPLANATION
 
     def __init__(self, config: ClusterConfig) -> None:
         super().__init__(config)

@@ -353,7 +353,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSe
         query = PeekQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         peeked = selectors.retry_queue_peek(cluster=cluster, **query.validated_data)
-        return Response(PeekedMessageSerializer(peeked, many=True).data)
+        return Response(PeekedMessageSerializer(peeked.messages, many=True).data)
 
     @extend_schema(summary="Collect a DLQ into the archive (operator)",
                    operation_id="clusters_collect_dead_letters",

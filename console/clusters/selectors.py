@@ -31,9 +31,18 @@ def cluster_inventory(*, cluster: Cluster) -> Inventory:
         return Inventory(error=exc.message)
 
 
-def retry_queue_peek(*, cluster: Cluster, subscription: str, limit: int = 50) -> list[PeekedMessage]:
+@dataclass(frozen=True)
+class RetryQueuePeek:
+    """Messages seen in a retry queue, and what peeking did on that broker."""
+
+    messages: tuple[PeekedMessage, ...]
+    note: str
+
+
+def retry_queue_peek(*, cluster: Cluster, subscription: str, limit: int = 50) -> RetryQueuePeek:
     with cluster_adapter(cluster) as adapter:
-        return adapter.peek_retry_queue(subscription, limit=limit)
+        messages = adapter.peek_retry_queue(subscription, limit=limit)
+        return RetryQueuePeek(messages=tuple(messages), note=adapter.peek_note)
 
 
 def cluster_subscriptions(*, cluster: Cluster) -> list[SubscriptionInfo]:

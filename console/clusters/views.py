@@ -128,14 +128,13 @@ def retry_queue_peek(request, cluster_id: int):
     cluster = get_object_or_404(Cluster, pk=cluster_id)
     subscription = request.GET.get("subscription", "")
     try:
-        peeked = [
-            (message, payload_preview(message.payload, 200))
-            for message in selectors.retry_queue_peek(cluster=cluster, subscription=subscription)
-        ]
-        error = ""
+        peek = selectors.retry_queue_peek(cluster=cluster, subscription=subscription)
     except BrokerError as exc:
-        peeked, error = [], exc.message
+        peeked, note, error = [], "", exc.message
+    else:
+        peeked = [(message, payload_preview(message.payload, 200)) for message in peek.messages]
+        note, error = peek.note, ""
     return render(request, "clusters/peek.html", {
         "cluster": cluster, "subscription": subscription, "messages_peeked": peeked,
-        "error": error, "back": reverse("clusters:detail", args=[cluster.pk]),
+        "note": note, "error": error, "back": reverse("clusters:detail", args=[cluster.pk]),
     })

@@ -111,6 +111,8 @@ def test_peeking_the_retry_queue_shows_messages_and_leaves_them_there(page, rabb
     text = " ".join(rows.all_inner_texts())
     assert '{"order": 7}' in text and "<b>not bold</b>" in text and "tenant=initech" in text
     assert page.locator("main b").count() == 0
+    # RabbitMQ cannot look without taking: the page says what peeking did.
+    assert "puts them straight back (requeue)" in page.locator("#peek-note").inner_text()
     screenshot(page, "peek")
     # Peeking took nothing away.
     assert rabbitmq_harness.depth(retry_queue(subscription)) == 2
