@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline.schema import COLUMNS, DATASET
+from pipeline.schema import COLUMNS, DATASET, spark_schema
 
 
 def spark_session(
@@ -43,7 +43,17 @@ def read_archive(spark: SparkSession, export_path: str) -> DataFrame:
     `collected_at` so they run the same on a DataFrame built in a test.
     """
     path = dataset_path(export_path)
+    if not _exists(spark, path):
+        # Nothing exported yet (an empty archive): the jobs run and find nothing.
+        return spark.createDataFrame([], schema=spark_schema())
     return spark.read.option("basePath", path).parquet(path).select(*COLUMNS)
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    """Ask Hadoop's file system for the path, so s3a:// and hdfs:// answer too."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path)
 
 
 def write_result(result: DataFrame, output_path: str, name: str) -> str:

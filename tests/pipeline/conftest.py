@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from datetime import UTC, datetime
@@ -12,6 +13,8 @@ import pytest
 @pytest.fixture(scope="session")
 def spark():
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # py4j logs its shutdown after pytest closed the captured streams: keep it quiet.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pipeline.io import spark_session
 
