@@ -21,18 +21,22 @@ MAX_IDS = 100
 
 def _groups(letters: DataFrame, keyed: DataFrame, kind: str, key_property: str) -> DataFrame:
     keys = ["cluster_id", "subscription", "key"]
-    # Most keys are unique: find the repeated ones first (a plain count), and collect
-    # ids only for those, instead of building a list for every one of millions of keys.
-    repeated = keyed.groupBy(*keys).agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1)
+    # Most keys are unique. Counting 64-bit hashes of the keys finds the few that may
+    # repeat far faster than counting the strings; ids are then collected only for
+    # those. A hash collision only lets a unique key through the pre-filter: the
+    # exact count on the real key below drops it again.
+    hashed = keyed.select("id", "collected_at", *keys, F.xxhash64(*keys).alias("key_hash"))
+    repeated = hashed.groupBy("key_hash").count().where(F.col("count") > 1).select("key_hash")
     grouped = (
-        keyed.join(repeated, on=keys, how="inner")
+        hashed.join(repeated, on="key_hash", how="left_semi")
         .groupBy(*keys)
         .agg(
-            F.max("copies").alias("copies"),
+            F.count(F.lit(1)).alias("copies"),
             F.slice(F.sort_array(F.collect_list("id")), 1, MAX_IDS).alias("letter_ids"),
             F.min("collected_at").alias("first_seen"),
             F.max("collected_at").alias("last_seen"),
         )
+        .where(F.col("copies") > 1)
     )
     return with_cluster_names(grouped, letters).select(
         F.lit(kind).alias("kind"),

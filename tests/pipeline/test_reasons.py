@@ -15,9 +15,9 @@ def test_normalise_masks_numbers_ids_and_quotes(spark):
     cases = {
         "order 1234 not found": "order <n> not found",
         "timeout after 30.5s on 10.0.0.7:6650": "timeout after <n>s on <n>.<n>:<n>",
-        f"message {uuid.uuid4()} rejected": "message <uuid> rejected",
-        "key 'customer-42' is locked by \"worker 7\"": "key '?' is locked by \"?\"",
-        "ledger 0x7f3a9c lost, entry 5f2a9c1e77b0": "ledger <hex> lost, entry <id>",
+        f"message {uuid.uuid4()} rejected": "message <id> rejected",
+        "key 'customer-42' is locked by \"worker 7\"": "key '?' is locked by '?'",
+        "ledger 0x7f3a9c lost, entry 5f2a9c1e77b0": "ledger <id> lost, entry <id>",
         "user42 hit quota  for ord_8f3Kz19": "<id> hit quota for <id>",
     }
     assert {text: _normalised(spark, text) for text in cases} == cases
