@@ -86,7 +86,13 @@ class Brokers:
             from tests.fixtures.rabbitmq import RabbitMQHarness
 
             harness = RabbitMQHarness()
-            self.closers.append(harness.close)
+
+            def close_rabbitmq() -> None:
+                # Its connection sat idle through the whole run: open a fresh one to clean up.
+                harness._connection = None
+                harness.close()
+
+            self.closers.append(close_rabbitmq)
             return harness
         if kind == "rocketmq":
             from tests.fixtures.rocketmq import RocketMQHarness

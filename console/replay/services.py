@@ -221,9 +221,11 @@ def replay_job_create(
             job__state__in=HOLDING_STATES,
         )
         free = eligible.exclude(pk__in=held.values("dead_letter_id")).order_by("pk")
-        selected = list(free.values_list("pk", flat=True)[:limit] if limit else
-                        free.values_list("pk", flat=True))
-        if not selected and not dry_run:
+        picked = free.values_list("pk", flat=True)
+        if limit:
+            picked = picked[:limit]
+        count = picked.count()
+        if not count and not dry_run:
             holders = sorted(set(held.filter(dead_letter__in=eligible)
                                  .values_list("job_id", flat=True)[:5]))
             if holders:
@@ -237,10 +239,9 @@ def replay_job_create(
             else ("policy " + policy.name if policy else "system"),
             policy=policy, description=description[:500], filters=stored_filters,
             rate_limit=rate, batch_size=size, destination=destination, dry_run=dry_run,
-            total=len(selected),
+            total=count,
         )
-        targets = list(DeadLetter.objects.filter(pk__in=selected[:10_000])
-                       .values_list("cluster__name", "subscription").distinct().order_by()[:2])
+        targets = list(free.values_list("cluster__name", "subscription").distinct().order_by()[:2])
         cluster_name, subscription = targets[0] if len(targets) == 1 else ("", "")
         cluster = Cluster(name=cluster_name) if cluster_name else None
         detail = (f"job #{job.pk}; rate={'unthrottled' if rate is None else f'{rate:g}/s'}; "
@@ -249,21 +250,18 @@ def replay_job_create(
                      else "selection"))
         if dry_run:
             job.state, job.finished_at, job.started_at = ReplayJob.STATE_DONE, now, now
-            job.state_reason = f"dry run: {len(selected)} dead letter(s) would be replayed"
+            job.state_reason = f"dry run: {count} dead letter(s) would be replayed"
             job.save(update_fields=["state", "finished_at", "started_at", "state_reason"])
             audit_record(actor=actor, action="replay.dry_run", cluster=cluster,
-                         subscription=subscription, count=len(selected), detail=detail)
+                         subscription=subscription, count=count, detail=detail)
             return job
-        overrides = overrides or {}
-        for start in range(0, len(selected), 5000):
-            ReplayLedgerEntry.objects.bulk_create([
-                ReplayLedgerEntry(job=job, dead_letter_id=pk,
-                                  payload_override=overrides.get(pk, (None, None))[0],
-                                  properties_override=overrides.get(pk, (None, None))[1])
-                for pk in selected[start:start + 5000]
-            ])
+        inserted = _ledger_fill(job=job, picked=picked, overrides=overrides or {})
+        if inserted != count:
+            job.total = inserted
+            job.save(update_fields=["total"])
+        selected = inserted
         audit_record(actor=actor, action="replay.start", cluster=cluster, subscription=subscription,
-                     count=len(selected), detail=detail)
+                     count=selected, detail=detail)
         if not selected:
             # Nothing matched: the job is finished at once, no task needed.
             job.state, job.started_at, job.finished_at = ReplayJob.STATE_DONE, now, now
@@ -274,6 +272,32 @@ def replay_job_create(
             return job
         _enqueue_on_commit(job.pk)
     return job
+
+
+def _ledger_fill(*, job: ReplayJob, picked, overrides: Mapping) -> int:
+    """One pending ledger entry per picked letter; returns how many. On PostgreSQL a
+    single INSERT ... SELECT (100,000 letters in about a second instead of a minute
+    of object building)."""
+    if overrides or connection.vendor != "postgresql":
+        ids = list(picked)
+        for start in range(0, len(ids), 5000):
+            ReplayLedgerEntry.objects.bulk_create([
+                ReplayLedgerEntry(job=job, dead_letter_id=pk,
+                                  payload_override=overrides.get(pk, (None, None))[0],
+                                  properties_override=overrides.get(pk, (None, None))[1])
+                for pk in ids[start:start + 5000]
+            ])
+        return len(ids)
+    select_sql, params = picked.query.sql_with_params()
+    table = ReplayLedgerEntry._meta.db_table
+    with connection.cursor() as cursor:
+        # Table name from the model; the selection is the ORM's own compiled query.
+        cursor.execute(
+            f"INSERT INTO {table} (job_id, dead_letter_id, status, attempts, broker_message_id, "  # noqa: S608
+            "reason, updated_at) SELECT %s, picked.id, %s, 0, '', '', now() "
+            f"FROM ({select_sql}) AS picked(id)",
+            [job.pk, ReplayLedgerEntry.STATUS_PENDING, *params])
+        return cursor.rowcount
 
 
 def _enqueue_on_commit(job_id: int) -> None:
@@ -392,11 +416,12 @@ def replay_job_resume(*, job_id: int, actor) -> ReplayJob:
             job.lease_id = ""  # the run that held it stopped reporting: it is dead
         elif job.state in (ReplayJob.STATE_PAUSED, ReplayJob.STATE_FAILED):
             job.state = ReplayJob.STATE_QUEUED
+            job.heartbeat_at = timezone.now()  # queued at; see replay_jobs_recover
         else:
             raise ValidationError(f"Replay job #{job.pk} is {job.state}; only a paused, failed or "
                                   "stalled job can be resumed.")
         job.state_reason = ""
-        job.save(update_fields=["state", "lease_id", "state_reason"])
+        job.save(update_fields=["state", "lease_id", "state_reason", "heartbeat_at"])
         audit_record(actor=actor, action="replay.resume", count=job.remaining, detail=f"job #{job.pk}")
         _enqueue_on_commit(job.pk)
     return job
@@ -442,20 +467,25 @@ def replay_jobs_recover(*, actor=None) -> list[int]:
     """Beat calls this every minute: re-queue jobs whose run died (worker killed,
     host lost) and resolve in-flight letters of stopped jobs. Returns the job ids
     queued again."""
-    cutoff = timezone.now() - stale_after()
+    now = timezone.now()
+    cutoff = now - stale_after()
+    # A queued job normally waits its turn behind other jobs; only one queued for
+    # much longer has probably lost its task (Redis emptied) and is queued again.
+    queued_cutoff = now - max(stale_after() * 10, timedelta(minutes=10))
     requeued = []
     stalled = ReplayJob.objects.filter(
         Q(state=ReplayJob.STATE_RUNNING) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
-        | Q(state=ReplayJob.STATE_QUEUED, created_at__lt=cutoff, heartbeat_at__lt=cutoff)
-        | Q(state=ReplayJob.STATE_QUEUED, created_at__lt=cutoff, heartbeat_at__isnull=True)
+        | Q(state=ReplayJob.STATE_QUEUED) & (Q(heartbeat_at__lt=queued_cutoff)
+                                            | Q(heartbeat_at__isnull=True, created_at__lt=queued_cutoff))
     ).values_list("pk", flat=True)
     for job_id in list(stalled):
         with transaction.atomic():
             job = _job_locked(job_id)
             if job.state not in (ReplayJob.STATE_RUNNING, ReplayJob.STATE_QUEUED) or _run_alive(job):
                 continue
-            job.lease_id = ""
-            job.save(update_fields=["lease_id"])
+            # Stamped so the next sweep leaves it alone while the new task waits its turn.
+            job.lease_id, job.heartbeat_at = "", timezone.now()
+            job.save(update_fields=["lease_id", "heartbeat_at"])
             audit_record(actor=actor, action="replay.recover", count=job.remaining,
                          detail=f"job #{job.pk}: its run stopped reporting; queued again")
             _enqueue_on_commit(job.pk)
@@ -615,37 +645,44 @@ class _Claimed:
     reason: str = ""
 
 
-def _claim_batch(job: ReplayJob, limit: int) -> list[_Claimed]:
+def _claim_batch(job: ReplayJob, limit: int, *, orphans_first: bool = True) -> list[_Claimed]:
     """The next entries to publish, claimed for this job.
 
     First the job's own `claimed` entries: a run holds the lease alone, so these were
-    in flight when an earlier run died; they are published again. Then pending ones,
-    each letter locked and moved to `replaying` in the same transaction, which is what
-    stops two jobs from sending one letter.
+    in flight when an earlier run died; they are published again (a run looks for
+    them once, when it starts: it resolves every batch it claims itself). Then
+    pending ones, each letter locked and moved to `replaying` in the same
+    transaction, which is what stops two jobs from sending one letter.
     """
     ledger = ReplayLedgerEntry.objects.filter(job_id=job.pk)
     with transaction.atomic():
-        orphans = list(ledger.filter(status=ReplayLedgerEntry.STATUS_CLAIMED).order_by("id")
-                       .values_list("pk", flat=True)[:limit])
-        if orphans:
-            ledger.filter(pk__in=orphans).update(attempts=F("attempts") + 1)
-            return _with_letters(orphans, job.destination)
-        entries = list(ledger.filter(status=ReplayLedgerEntry.STATUS_PENDING).order_by("id")
-                       .values_list("pk", "dead_letter_id")[:limit])
+        if orphans_first:
+            orphans = list(ledger.filter(status=ReplayLedgerEntry.STATUS_CLAIMED).order_by("id")
+                           .values_list("pk", flat=True)[:limit])
+            if orphans:
+                ledger.filter(pk__in=orphans).update(attempts=F("attempts") + 1)
+                return _with_letters(orphans, job.destination)
+        entries = list(ledger.filter(status=ReplayLedgerEntry.STATUS_PENDING).order_by("id").values_list(
+            "pk", "dead_letter_id", "attempts", "payload_override", "properties_override")[:limit])
         if not entries:
             return []
+        # Locked in id order (no deadlock between two jobs), read whole in the same query.
         letters = {
-            pk: (state, reason)
-            for pk, state, reason in DeadLetter.objects.select_for_update().filter(
-                pk__in=[letter_id for _, letter_id in entries]).order_by("pk")
-            .values_list("pk", "state", "state_reason")
+            row[0]: row
+            for row in DeadLetter.objects.select_for_update().filter(
+                pk__in=[entry[1] for entry in entries]).order_by("pk").values_list(
+                "pk", "state", "state_reason", "cluster_id", "subscription", "source", "payload",
+                "properties", "origin_message_id", "broker_message_id")
         }
         state_names = dict(DeadLetter.STATE_CHOICES)
-        claim, skip = [], {}
-        for entry_id, letter_id in entries:
-            state, state_reason = letters.get(letter_id, (None, ""))
+        claim: list[_Claimed] = []
+        skip: dict[int, str] = {}
+        for entry_id, letter_id, attempts, payload_override, properties_override in entries:
+            letter = letters.get(letter_id)
+            state, state_reason = (letter[1], letter[2]) if letter else (None, "")
             if state in ELIGIBLE_STATES:
-                claim.append((entry_id, letter_id))
+                claim.append(_claimed(entry_id, letter_id, attempts + 1, payload_override,
+                                      properties_override, *letter[3:], destination=job.destination))
             elif state is None:
                 skip[entry_id] = "the dead letter was purged from the archive"
             elif state == DeadLetter.STATE_REPLAYING:
@@ -656,18 +693,31 @@ def _claim_batch(job: ReplayJob, limit: int) -> list[_Claimed]:
                 skip[entry_id] = f"the dead letter is {state_names.get(state, state)}"
         now = timezone.now()
         if claim:
-            DeadLetter.objects.filter(pk__in=[letter_id for _, letter_id in claim]).update(
+            DeadLetter.objects.filter(pk__in=[c.dead_letter_id for c in claim]).update(
                 state=DeadLetter.STATE_REPLAYING, state_changed_at=now,
                 state_reason=f"replay job #{job.pk}")
-            ledger.filter(pk__in=[entry_id for entry_id, _ in claim]).update(
+            ledger.filter(pk__in=[c.pk for c in claim]).update(
                 status=ReplayLedgerEntry.STATUS_CLAIMED, attempts=F("attempts") + 1)
         for entry_id, reason in skip.items():
             ledger.filter(pk=entry_id).update(status=ReplayLedgerEntry.STATUS_SKIPPED, reason=reason)
         if skip:
             ReplayJob.objects.filter(pk=job.pk).update(skipped=F("skipped") + len(skip))
         if not claim and skip:
-            return _claim_batch(job, limit)
-        return _with_letters([entry_id for entry_id, _ in claim], job.destination)
+            return _claim_batch(job, limit, orphans_first=False)
+        return claim
+
+
+def _claimed(entry_id, letter_id, attempts, payload_override, properties_override, cluster_id, subscription,
+             source, payload, properties, origin_id, broker_id, *, destination: str) -> _Claimed:
+    """What publishing an entry needs: the edited copy if an operator made one."""
+    payload = payload_override if payload_override is not None else payload
+    properties = properties_override if properties_override is not None else properties
+    message = ReplayMessage(
+        key=str(entry_id), subscription=subscription, source=source, payload=bytes(payload),
+        properties={str(k): str(v) for k, v in (properties or {}).items()},
+        origin_message_id=origin_id or broker_id, destination=destination or None)
+    return _Claimed(pk=entry_id, dead_letter_id=letter_id, cluster_id=cluster_id, attempts=attempts,
+                    message=message)
 
 
 def _with_letters(entry_ids: list[int], destination: str) -> list[_Claimed]:
@@ -675,18 +725,7 @@ def _with_letters(entry_ids: list[int], destination: str) -> list[_Claimed]:
         "pk", "dead_letter_id", "attempts", "payload_override", "properties_override",
         "dead_letter__cluster_id", "dead_letter__subscription", "dead_letter__source", "dead_letter__payload",
         "dead_letter__properties", "dead_letter__origin_message_id", "dead_letter__broker_message_id"))
-    claimed = []
-    for (pk, letter_id, attempts, payload_override, properties_override, cluster_id, subscription, source,
-         payload, properties, origin_id, broker_id) in rows:
-        payload = payload_override if payload_override is not None else payload
-        properties = properties_override if properties_override is not None else properties
-        message = ReplayMessage(
-            key=str(pk), subscription=subscription, source=source, payload=bytes(payload),
-            properties={str(k): str(v) for k, v in (properties or {}).items()},
-            origin_message_id=origin_id or broker_id, destination=destination or None)
-        claimed.append(_Claimed(pk=pk, dead_letter_id=letter_id, cluster_id=cluster_id, attempts=attempts,
-                                message=message))
-    return claimed
+    return [_claimed(*row, destination=destination) for row in rows]
 
 
 def _publish(run: _Run, job: ReplayJob, entries: list[_Claimed]) -> dict[int, ReplayOutcome]:
@@ -845,11 +884,13 @@ def replay_job_run(*, job_id: int, budget_seconds: float | None = None) -> str:
         job = ReplayJob.objects.get(pk=job_id)
         pacer = _Pacer(job.rate_limit)
         size = _effective_batch(job)
+        first = True
         while True:
             run.check_running()
             if time.monotonic() > deadline:
                 break
-            entries = _claim_batch(job, size)
+            entries = _claim_batch(job, size, orphans_first=first)
+            first = False
             if not entries:
                 _finish(run, job)
                 outcome = "done"

@@ -174,3 +174,31 @@ def test_a_filter_matching_nothing_finishes_at_once_without_queueing_a_task(make
     assert (dry.state, dry.total, dry.dry_run) == ("done", 0, True)
     assert (real.state, real.total, real.finished_at is not None) == ("done", 0, True)
     assert queue.llen("celery") == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_dropping_the_workers_connections_mid_job_is_recovered(
+        harness, archive_letters, celery_worker, operator, settings):
+    """What a worker sees of a PostgreSQL restart: its connections are cut. The shared
+    server itself cannot be restarted here, so the test cuts the worker's backends
+    (pg_terminate_backend) mid-job instead. The run dies with the error; recovery
+    queues the job again and it finishes without losing or doubling a letter."""
+    cluster = cluster_from(harness)
+    subscription, letters = archive_letters(cluster, 120)
+    celery_worker()
+    job = services.replay_job_create(actor=operator, letter_ids=[x.pk for x in letters], rate_limit=40,
+                                     batch_size=10)
+    wait_for(lambda: job_state(job.pk).done >= 20, timeout=90, message="the job to get going")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    settings.REPLAY_STALE_SECONDS = 2
+    time.sleep(0.5)
+    if job_state(job.pk).state != "done":
+        wait_for(lambda: services.replay_jobs_recover() or job_state(job.pk).state == "done",
+                 timeout=60, interval=1.0, message="recovery to pick the job up")
+    wait_for(lambda: job_state(job.pk).state == "done", timeout=120, message="the job to finish")
+
+    job = job_state(job.pk)
+    assert (job.done, job.failed) == (120, 0)
+    assert_every_letter_replayed_once_per_ledger(harness, subscription, letters, [job.pk])
