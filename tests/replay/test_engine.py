@@ -209,3 +209,31 @@ def test_a_permanent_error_fails_that_letter_with_the_brokers_message_and_the_jo
     assert entry.reason in bad.state_reason
     good = [bytes(x.payload) for x in letters if x.pk != bad.pk]
     assert sorted(payloads_received(harness, subscription, 4)) == sorted(good)
+
+
+def test_auto_collect_moves_every_dlq_of_the_cluster_into_the_archive(harness, broker_cluster):
+    """What the per-cluster beat entry runs. Pulsar's depths come from a metrics
+    snapshot refreshed every few seconds, so the collect is repeated until it shows."""
+    import time
+
+    subscription = harness.new_subscription()
+    harness.put_dead_letters(subscription, [(f"auto {i}".encode(), {"error": "Timeout"}) for i in range(7)])
+    deadline = time.monotonic() + 30
+    moved = 0
+    while moved < 7 and time.monotonic() < deadline:
+        moved += services.archive_collect_cluster(cluster_id=broker_cluster.pk)
+        time.sleep(0.5 if moved < 7 else 0)
+    assert moved == 7
+    archived = DeadLetter.objects.filter(cluster=broker_cluster, subscription=subscription)
+    assert sorted(bytes(x.payload) for x in archived) == sorted(f"auto {i}".encode() for i in range(7))
+    assert harness.dead_letter_depth(subscription) == 0
+    assert AuditEntry.objects.filter(action="archive.collect", subscription=subscription, count=7).exists()
+
+
+def test_auto_collect_of_an_unreachable_cluster_changes_nothing(harness, make_cluster):
+    unreachable = harness.unreachable_config()
+    cluster = make_cluster(kind=harness.kind, service_url=unreachable.service_url,
+                           admin_url=unreachable.admin_url, options=dict(unreachable.options))
+    assert services.archive_collect_cluster(cluster_id=cluster.pk) == 0
+    assert services.archive_collect_cluster(cluster_id=987654) == 0
+    assert not DeadLetter.objects.exists()
