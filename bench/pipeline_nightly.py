@@ -302,20 +302,25 @@ def reference_queries(files: str) -> dict[str, str]:
                    min(id) AS example_letter_id, arg_min(error_text, id) AS example_text,
                    arg_min(subscription, id) AS example_subscription
             FROM {with_reason} GROUP BY error_class, error_pattern""",
+        # Keys seen twice first, then their letters: the plain GROUP BY with a list per
+        # key runs out of memory on 10 M mostly-unique keys.
         "duplicates": f"""
-            SELECT 'origin_message_id' AS kind, 'origin_message_id' AS key_property, cluster_id,
-                   max(cluster_name) AS cluster_name, subscription, origin_message_id AS key,
-                   count(*) AS copies,
-                   list(id ORDER BY id)[1:100] AS letter_ids, min(collected_at) AS first_seen,
-                   max(collected_at) AS last_seen
-            FROM {letters} WHERE length(origin_message_id) > 0
-            GROUP BY cluster_id, subscription, origin_message_id HAVING count(*) > 1
-            UNION ALL
-            SELECT 'business_key', '{BUSINESS_KEY}', cluster_id, max(cluster_name), subscription,
-                   properties['{BUSINESS_KEY}'], count(*), list(id ORDER BY id)[1:100], min(collected_at),
-                   max(collected_at)
-            FROM {letters} WHERE length(properties['{BUSINESS_KEY}']) > 0
-            GROUP BY cluster_id, subscription, properties['{BUSINESS_KEY}'] HAVING count(*) > 1""",
+            WITH keyed AS (
+                SELECT 'origin_message_id' AS kind, 'origin_message_id' AS key_property, cluster_id,
+                       cluster_name, subscription, origin_message_id AS key, id, collected_at
+                FROM {letters} WHERE length(origin_message_id) > 0
+                UNION ALL
+                SELECT 'business_key', '{BUSINESS_KEY}', cluster_id, cluster_name, subscription,
+                       properties['{BUSINESS_KEY}'], id, collected_at
+                FROM {letters} WHERE length(properties['{BUSINESS_KEY}']) > 0),
+            repeated AS (SELECT kind, cluster_id, subscription, key FROM keyed
+                         GROUP BY ALL HAVING count(*) > 1)
+            SELECT kind, any_value(key_property) AS key_property, cluster_id,
+                   max(cluster_name) AS cluster_name,
+                   subscription, key, count(*) AS copies, list(id ORDER BY id)[1:100] AS letter_ids,
+                   min(collected_at) AS first_seen, max(collected_at) AS last_seen
+            FROM keyed SEMI JOIN repeated USING (kind, cluster_id, subscription, key)
+            GROUP BY kind, cluster_id, subscription, key""",
         "replay_candidates": f"""
             SELECT id, cluster_id, subscription FROM {with_reason}
             WHERE state IN ({states})
