@@ -317,7 +317,7 @@ def reference_queries(files: str) -> dict[str, str]:
                          GROUP BY ALL HAVING count(*) > 1)
             SELECT kind, any_value(key_property) AS key_property, cluster_id,
                    max(cluster_name) AS cluster_name,
-                   subscription, key, count(*) AS copies, list(id ORDER BY id)[1:100] AS letter_ids,
+                   subscription, key, count(*) AS copies, list_sort(list(id))[1:100] AS letter_ids,
                    min(collected_at) AS first_seen, max(collected_at) AS last_seen
             FROM keyed SEMI JOIN repeated USING (kind, cluster_id, subscription, key)
             GROUP BY kind, cluster_id, subscription, key""",

@@ -29,12 +29,13 @@ NORMALISATION = (
     # Quoted values, either quote.
     (r"'[^']*'|\"[^\"]*\"", "'?'"),
     # Ids: UUIDs, 0x..., hex runs of 8+, and tokens mixing letters and digits
-    # (ord_8f3Kz19, user42, 9ab7c). A number with a unit (30s, 500ms) is not an id:
-    # its number is masked by the next pass.
+    # (ord_8f3Kz19, user42, 9ab7c), all starting at a word boundary so the engine
+    # gives up at once inside ordinary words. A number with a unit (30s, 500ms) is
+    # not an id: its number is masked by the next pass.
     (
-        r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-        r"|\b0[xX][0-9a-fA-F]+\b|\b[0-9a-fA-F]{8,}\b"
-        r"|\b[A-Za-z_]+[0-9][A-Za-z0-9_-]*\b|\b[0-9]+[A-Za-z_]+[0-9][A-Za-z0-9_-]*\b",
+        r"\b(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+        r"|0[xX][0-9a-fA-F]+|[0-9a-fA-F]{8,}"
+        r"|[A-Za-z_]+[0-9][A-Za-z0-9_-]*|[0-9]+[A-Za-z_]+[0-9][A-Za-z0-9_-]*)\b",
         "<id>",
     ),
     (r"[0-9]+(\.[0-9]+)?", "<n>"),
@@ -99,7 +100,9 @@ def transform(letters: DataFrame) -> DataFrame:
         F.max("last_seen").alias("last_seen"),
         F.min("example_letter_id").alias("example_letter_id"),
     )
-    examples = letters.select(
+    # Only the example letters (one per reason) need their text read again.
+    example_ids = F.broadcast(per_reason.select(F.col("example_letter_id").alias("id")))
+    examples = letters.join(example_ids, on="id", how="left_semi").select(
         F.col("id").alias("example_letter_id"),
         error_text().alias("example_text"),
         F.col("subscription").alias("example_subscription"),
