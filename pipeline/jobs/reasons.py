@@ -100,9 +100,7 @@ def transform(letters: DataFrame) -> DataFrame:
         F.max("last_seen").alias("last_seen"),
         F.min("example_letter_id").alias("example_letter_id"),
     )
-    # Only the example letters (one per reason) need their text read again.
-    example_ids = F.broadcast(per_reason.select(F.col("example_letter_id").alias("id")))
-    examples = letters.join(example_ids, on="id", how="left_semi").select(
+    examples = letters.select(
         F.col("id").alias("example_letter_id"),
         error_text().alias("example_text"),
         F.col("subscription").alias("example_subscription"),
