@@ -26,7 +26,9 @@ def _nice_max(value: int) -> int:
 
 
 def _ticks(top: int) -> list[int]:
-    return [top * i // 4 for i in range(5)]
+    """Round tick values from 0 to top (top is 1, 2 or 5 x 10^k): 0-2-4-...-10, 0-5-...-20, 0-10-...-50."""
+    intervals = top if top < 5 else {"1": 5, "2": 4, "5": 5}[str(top)[0]]
+    return [top * i // intervals for i in range(intervals + 1)]
 
 
 @dataclass

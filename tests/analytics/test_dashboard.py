@@ -83,7 +83,14 @@ def test_chart_axes_use_round_numbers_and_bars_fit_the_plot():
     assert [charts._nice_max(v) for v in (0, 1, 3, 7, 10, 11, 480, 5001)] == [1, 1, 5, 10, 10, 20, 500, 10000]
     chart = charts.bar_chart([(0, 5), (16, 10)])
 
-    assert [tick["label"] for tick in chart.y_ticks] == ["0", "2", "5", "7", "10"]
+    assert [tick["label"] for tick in chart.y_ticks] == ["0", "2", "4", "6", "8", "10"]
+    assert [charts._ticks(top) for top in (1, 2, 5, 20, 500)] == [
+        [0, 1],
+        [0, 1, 2],
+        [0, 1, 2, 3, 4, 5],
+        [0, 5, 10, 15, 20],
+        [0, 100, 200, 300, 400, 500],
+    ]
     tallest = max(chart.bars, key=lambda bar: bar["value"])
     assert tallest["y"] == charts.TOP and tallest["height"] == charts.HEIGHT - charts.BOTTOM - charts.TOP
     assert all(
