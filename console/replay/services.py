@@ -758,8 +758,17 @@ def _publish(run: _Run, job: ReplayJob, entries: list[_Claimed]) -> dict[int, Re
                 continue
             unreachable_since = None
             retry_later = False
+            # An adapter owes one outcome per message; one it left out counts as not
+            # confirmed (and may be tried again), never as sent.
+            answered = {o.key for o in outcomes}
+            outcomes = list(outcomes) + [
+                ReplayOutcome(key=str(entry_id), confirmed=False, error="the broker gave no answer for it")
+                for entry_id in todo if str(entry_id) not in answered]
             for outcome in outcomes:
-                entry_id = int(outcome.key)
+                try:
+                    entry_id = int(outcome.key)
+                except ValueError:
+                    continue
                 if entry_id not in todo:
                     continue
                 if outcome.confirmed:

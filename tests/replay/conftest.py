@@ -2,7 +2,9 @@
 letters, and a real Celery worker started as a subprocess.
 
 Celery in these tests talks to Redis database 9 (never the default 0), both the
-test process that queues tasks and the worker that runs them.
+test process that queues tasks and the worker that runs them, on a queue of this
+test session's own: two test sessions running at once (two developers, or a CI run
+next to a local one) never take each other's tasks.
 """
 
 from __future__ import annotations
@@ -12,23 +14,28 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import redis
 
 CELERY_TEST_BROKER = "redis://127.0.0.1:6379/9"
+CELERY_TEST_QUEUE = f"redrive-replay-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 KINDS = ["pulsar", "rabbitmq", "rocketmq"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def celery_on_test_redis():
-    """Send every task these tests queue to Redis database 9."""
+    """Send every replay task these tests queue to this session's queue on Redis DB 9."""
     from console.celery import app
 
     app.conf.broker_url = CELERY_TEST_BROKER
+    app.conf.task_routes = {"console.replay.tasks.*": {"queue": CELERY_TEST_QUEUE}}
+    app.amqp.flush_routes()
     yield
+    redis.Redis.from_url(CELERY_TEST_BROKER).delete(CELERY_TEST_QUEUE)
 
 
 @pytest.fixture(params=KINDS)
@@ -104,7 +111,8 @@ class Worker:
         env.pop("TEST_DATABASE_NAME", None)
         self.process = subprocess.Popen(
             [str(Path(sys.executable).with_name("celery")), "-A", "console", "worker", "--pool=solo",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
+             "-Q", CELERY_TEST_QUEUE, "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-l", "info",
              "-n", f"replay-test-{os.getpid()}@%h"],
             cwd=ROOT, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
             start_new_session=True)
@@ -127,11 +135,11 @@ class Worker:
 
 @pytest.fixture
 def celery_worker(transactional_db):
-    """Start a worker (call .start()); it is stopped after the test. Redis DB 9 is
-    emptied first so tasks left by an earlier run do not reach this one."""
+    """Start a worker (call .start()); it is stopped after the test. The session's
+    queue is emptied first so tasks left by an earlier test do not reach this one."""
     from django.db import connection
 
-    redis.Redis.from_url(CELERY_TEST_BROKER).flushdb()
+    redis.Redis.from_url(CELERY_TEST_BROKER).delete(CELERY_TEST_QUEUE)
     settings_dict = connection.settings_dict
     url = (f"postgres://{settings_dict['USER'] or 'postgres'}@{settings_dict['HOST'] or '127.0.0.1'}:"
            f"{settings_dict['PORT'] or 5432}/{settings_dict['NAME']}")

@@ -24,7 +24,13 @@ from django.db import connection
 from console.archive.models import DeadLetter
 from console.replay import services
 from console.replay.models import ReplayJob, ReplayLedgerEntry
-from tests.replay.conftest import CELERY_TEST_BROKER, cluster_from, payloads_received, wait_for
+from tests.replay.conftest import (
+    CELERY_TEST_BROKER,
+    CELERY_TEST_QUEUE,
+    cluster_from,
+    payloads_received,
+    wait_for,
+)
 
 
 def job_state(job_id: int) -> ReplayJob:
@@ -166,14 +172,14 @@ def test_two_operators_pressing_replay_at_once_send_each_letter_once(
 @pytest.mark.django_db(transaction=True)
 def test_a_filter_matching_nothing_finishes_at_once_without_queueing_a_task(make_cluster, operator):
     queue = redis.Redis.from_url(CELERY_TEST_BROKER)
-    queue.delete("celery")
+    queue.delete(CELERY_TEST_QUEUE)
     cluster = make_cluster()
     dry = services.replay_job_create(actor=operator, filters={"cluster": cluster.pk, "text": "nothing"},
                                      dry_run=True)
     real = services.replay_job_create(actor=operator, filters={"cluster": cluster.pk, "text": "nothing"})
     assert (dry.state, dry.total, dry.dry_run) == ("done", 0, True)
     assert (real.state, real.total, real.finished_at is not None) == ("done", 0, True)
-    assert queue.llen("celery") == 0
+    assert queue.llen(CELERY_TEST_QUEUE) == 0
 
 
 @pytest.mark.django_db(transaction=True)
