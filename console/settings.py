@@ -238,6 +238,29 @@ BROKER_TIMEOUT_SECONDS = env_int("BROKER_TIMEOUT_SECONDS", 5)
 ARCHIVE_PAGE_SIZE = env_int("ARCHIVE_PAGE_SIZE", 50)
 ARCHIVE_COLLECT_BATCH = env_int("ARCHIVE_COLLECT_BATCH", 500)
 
+# --- Replay engine (docs/replay.md) -------------------------------------------
+# A running job whose worker has not reported for this long is taken over.
+REPLAY_STALE_SECONDS = env_int("REPLAY_STALE_SECONDS", 60)
+# A job task works this long, then hands over to a fresh task (under the time limits).
+REPLAY_SLICE_SECONDS = env_int("REPLAY_SLICE_SECONDS", 240)
+# How long a job waits for an unreachable broker before it ends failed (resumable).
+REPLAY_UNREACHABLE_SECONDS = env_int("REPLAY_UNREACHABLE_SECONDS", 300)
+# Largest payload an operator may type when editing a dead letter before resending it.
+REPLAY_MAX_EDITED_PAYLOAD = env_int("REPLAY_MAX_EDITED_PAYLOAD", 5 * 1024 * 1024)
+
+# --- Analytics (docs/pipeline.md) ----------------------------------------------
+# A local folder or any Hadoop-compatible URI (s3a://bucket/redrive, hdfs://nn/redrive).
+ANALYTICS_EXPORT_PATH = env_str("ANALYTICS_EXPORT_PATH", str(VAR_DIR / "analytics"))
+ANALYTICS_SPARK_MASTER = env_str("ANALYTICS_SPARK_MASTER", "local[*]")
+ANALYTICS_SPARK_DRIVER_MEMORY = env_str("ANALYTICS_SPARK_DRIVER_MEMORY", "1g")
+ANALYTICS_SPARK_EXECUTOR_MEMORY = env_str("ANALYTICS_SPARK_EXECUTOR_MEMORY", "1g")
+# Property holding a business key (order id...) for duplicate detection; empty: none.
+ANALYTICS_BUSINESS_KEY = env_str("ANALYTICS_BUSINESS_KEY", "")
+# JSON object: the selection the replay-candidates job takes; empty: the default policy.
+ANALYTICS_REPLAY_POLICY = env_str("ANALYTICS_REPLAY_POLICY", "")
+ANALYTICS_NIGHTLY_AT = env_str("ANALYTICS_NIGHTLY_AT", "02:30")
+ANALYTICS_RUN_TIMEOUT_SECONDS = env_int("ANALYTICS_RUN_TIMEOUT_SECONDS", 3000)
+
 # --- Logging --------------------------------------------------------------------
 LOGGING = {
     "version": 1,

@@ -1,4 +1,5 @@
-"""The analytics settings, read from environment variables (listed in docs/pipeline.md).
+"""The analytics settings (console/settings.py, from environment variables listed in
+docs/pipeline.md), checked and turned into what the pipeline needs.
 
 Read on use rather than at import, so a test or a long-lived worker sees the value
 in force now.
@@ -7,7 +8,6 @@ in force now.
 from __future__ import annotations
 
 import json
-import os
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -21,7 +21,7 @@ DEFAULT_REPLAY_POLICY = {
 
 
 def _env(name: str, default: str) -> str:
-    return os.environ.get(name, "").strip() or default
+    return str(getattr(settings, name, "") or "").strip() or default
 
 
 def export_path() -> str:
@@ -48,7 +48,7 @@ def business_key() -> str:
 
 
 def replay_policy() -> dict:
-    raw = os.environ.get("ANALYTICS_REPLAY_POLICY", "").strip()
+    raw = _env("ANALYTICS_REPLAY_POLICY", "")
     if not raw:
         return dict(DEFAULT_REPLAY_POLICY)
     try:

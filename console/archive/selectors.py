@@ -67,3 +67,20 @@ def archive_counts_by_subscription(*, cluster) -> dict[str, dict[str, int]]:
     for row in rows:
         counts.setdefault(row["subscription"], {})[row["state"]] = row["n"]
     return counts
+
+
+def dead_letter_retry_schedule(*, letter: DeadLetter) -> list:
+    """The retries a RocketMQ-style dead letter went through before its DLQ (level,
+    wait, due time), from the properties it carries; empty for other brokers or when
+    the properties do not say."""
+    if letter.cluster.kind != "rocketmq":
+        return []
+    from brokers.rocketmq.schedule import DEFAULT_DELAY_LEVELS
+    from brokers.rocketmq.schedule import dead_letter_retry_schedule as schedule_of
+
+    levels = (letter.cluster.options or {}).get("delay_levels") or DEFAULT_DELAY_LEVELS
+    try:
+        return schedule_of(letter.properties, delay_levels=levels)
+    except (TypeError, ValueError):
+        # A cluster option an admin mistyped must not hide the letter itself.
+        return []

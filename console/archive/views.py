@@ -38,7 +38,8 @@ def dead_letter_list(request):
 def dead_letter_detail(request, letter_id: int):
     letter = get_object_or_404(DeadLetter.objects.select_related("cluster"), pk=letter_id)
     context = {"letter": letter, "payload": payload_view(bytes(letter.payload)),
-               "properties": sorted(letter.properties.items())}
+               "properties": sorted(letter.properties.items()),
+               "retry_schedule": selectors.dead_letter_retry_schedule(letter=letter)}
     return render(request, "archive/detail.html", context)
 
 

@@ -51,10 +51,6 @@ from console.replay.models import ReplayJob, ReplayLedgerEntry, ReplayPolicy, Re
 logger = logging.getLogger(__name__)
 
 
-def _setting(name: str, default):
-    return getattr(settings, name, default)
-
-
 # Limits an operator can choose within. The default rate is deliberately modest: a
 # replay should not become the storm that filled the DLQ in the first place.
 DEFAULT_RATE = 100.0
@@ -76,18 +72,18 @@ CREATE_LOCK_KEY = 0x5245504C  # any constant; serialises job creation on Postgre
 
 def stale_after() -> timedelta:
     """A running job whose run has not reported for this long is taken to be dead."""
-    return timedelta(seconds=_setting("REPLAY_STALE_SECONDS", 60))
+    return timedelta(seconds=settings.REPLAY_STALE_SECONDS)
 
 
 def slice_seconds() -> float:
     """A run works this long, then hands over to a fresh task (keeps tasks short)."""
-    return float(_setting("REPLAY_SLICE_SECONDS", 240))
+    return float(settings.REPLAY_SLICE_SECONDS)
 
 
 def unreachable_give_up_seconds() -> float:
     """How long a run keeps retrying an unreachable broker before the job fails
     (resumable)."""
-    return float(_setting("REPLAY_UNREACHABLE_SECONDS", 300))
+    return float(settings.REPLAY_UNREACHABLE_SECONDS)
 
 
 # --- validation -------------------------------------------------------------------
@@ -355,7 +351,7 @@ def dead_letter_resend(*, letter: DeadLetter, actor, payload: bytes | None = Non
     if letter.state not in ELIGIBLE_STATES:
         raise ValidationError(f"Dead letter {letter.pk} is {letter.get_state_display()}; only parked or "
                               "failed letters can be resent.")
-    max_size = _setting("REPLAY_MAX_EDITED_PAYLOAD", 5 * 1024 * 1024)
+    max_size = settings.REPLAY_MAX_EDITED_PAYLOAD
     if payload is not None and len(payload) > max_size:
         raise ValidationError({"payload": f"The edited payload is larger than {max_size} bytes."})
     original_payload = bytes(letter.payload)

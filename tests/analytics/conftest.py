@@ -8,10 +8,10 @@ import pytest
 
 
 @pytest.fixture
-def export_path(tmp_path, monkeypatch):
+def export_path(tmp_path, settings):
     """ANALYTICS_EXPORT_PATH pointed at a fresh folder for this test."""
     path = tmp_path / "analytics"
-    monkeypatch.setenv("ANALYTICS_EXPORT_PATH", str(path))
+    settings.ANALYTICS_EXPORT_PATH = str(path)
     return path
 
 

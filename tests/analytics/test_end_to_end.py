@@ -22,10 +22,10 @@ from console.audit.models import AuditEntry
 
 
 @pytest.fixture
-def spark_env(export_path, monkeypatch):
-    monkeypatch.setenv("ANALYTICS_SPARK_MASTER", "local[2]")
-    monkeypatch.setenv("ANALYTICS_SPARK_DRIVER_MEMORY", "768m")
-    monkeypatch.setenv("ANALYTICS_BUSINESS_KEY", "order_id")
+def spark_env(export_path, monkeypatch, settings):
+    settings.ANALYTICS_SPARK_MASTER = "local[2]"
+    settings.ANALYTICS_SPARK_DRIVER_MEMORY = "768m"
+    settings.ANALYTICS_BUSINESS_KEY = "order_id"
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     return export_path
 
@@ -148,10 +148,10 @@ def test_viewers_cannot_start_a_run_and_a_second_run_waits_for_the_first(
     assert "already queued or running" in response.content.decode()
 
 
-def test_command_line_run_reports_a_failure_clearly(spark_env, monkeypatch, make_cluster, letters_on):
+def test_command_line_run_reports_a_failure_clearly(spark_env, settings, make_cluster, letters_on):
     letters_on(make_cluster(), "2026-11-19 10:00", 1)
-    monkeypatch.setenv("ANALYTICS_SPARK_MASTER", "no-such-master")  # Spark cannot parse it
-    monkeypatch.setenv("ANALYTICS_RUN_TIMEOUT_SECONDS", "120")
+    settings.ANALYTICS_SPARK_MASTER = "no-such-master"  # Spark cannot parse it
+    settings.ANALYTICS_RUN_TIMEOUT_SECONDS = 120
 
     with pytest.raises(Exception, match="failed"):
         call_command("analytics_run")

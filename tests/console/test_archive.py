@@ -189,3 +189,26 @@ def test_nul_characters_in_properties_do_not_block_the_archive(make_cluster):
     row = DeadLetter.objects.get()
     assert bytes(row.payload) == b"a\x00b"
     assert row.properties == {"k\ufffd": "v\ufffd"}
+
+
+def test_rocketmq_dead_letter_page_shows_the_retry_schedule_it_followed(client_as, viewer, make_cluster):
+    """Levels 3.. of the 18-level table: retry 1 waited 10 s, retry 2 30 s, then the DLQ."""
+    cluster = make_cluster("rocketmq", service_url="redis://127.0.0.1:6379/5")
+    first_failure_ms = 1_763_700_000_000  # 2025-11-21 04:40:00 UTC
+    archive_store(cluster=cluster, letters=[letter(
+        1, properties={"FIRST_FAILURE_AT": str(first_failure_ms), "RECONSUME_TIMES": "3"})])
+    row = DeadLetter.objects.get()
+    body = client_as(viewer).get(f"/archive/{row.pk}/").content.decode()
+    table = body[body.index('id="retry-schedule"'):body.index("</table>", body.index('id="retry-schedule"'))]
+    assert table.count("<tr>") == 4  # header + two retries + the DLQ
+    assert "10 s" in table and "30 s" in table
+    assert "2025-11-21 04:40:10" in table and "2025-11-21 04:40:40" in table
+    assert "the DLQ" in table and "waits for an operator" in table
+
+
+def test_other_brokers_dead_letters_show_no_rocketmq_schedule(client_as, viewer, make_cluster):
+    cluster = make_cluster("rabbitmq")
+    properties = {"FIRST_FAILURE_AT": "1", "RECONSUME_TIMES": "3"}
+    archive_store(cluster=cluster, letters=[letter(1, properties=properties)])
+    row = DeadLetter.objects.get()
+    assert b"retry-schedule" not in client_as(viewer).get(f"/archive/{row.pk}/").content

@@ -23,7 +23,9 @@ PRODUCTION_ENV = {
 
 
 def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION_ENV}
+    # The browser tests' DJANGO_ALLOW_ASYNC_UNSAFE is for this test process only.
+    clean = {k: v for k, v in os.environ.items()
+             if k not in PRODUCTION_ENV and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env},
                           capture_output=True, text=True, timeout=120)
 
