@@ -31,40 +31,19 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from console_database import console_on_bench_database  # noqa: E402 - after the path
+
 BODY = b'{"order": 123456, "customer": "c-42", "amount": "19.90", "currency": "EUR", "lines": 3}'
 
 
-def bench_database_url(url: str) -> str:
-    parts = urlsplit(url)
-    name = (parts.path.lstrip("/") or "postgres") + "_bench_pulsar"
-    return urlunsplit(parts._replace(path="/" + name))
 
 
-def ensure_database(url: str) -> None:
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        if not connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            connection.execute(f'CREATE DATABASE "{name}"')
 
 
-def setup_django(database_url: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
 
 
 def fill(client, topology, n: int) -> None:
@@ -171,10 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.n
 
-    database_url = bench_database_url(os.environ.get("DATABASE_URL",
-                                                     "postgres://postgres@127.0.0.1:5432/postgres"))
-    ensure_database(database_url)
-    setup_django(database_url)
+    console_on_bench_database("pulsar")
 
     from brokers.base import ClusterConfig, KnownSubscription
     from brokers.pulsar.embedded import EmbeddedPulsar

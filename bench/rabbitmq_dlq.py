@@ -19,48 +19,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from console_database import console_on_bench_database  # noqa: E402 - after the path
 
 AMQP_URL = "amqp://127.0.0.1:5672/%2F"
 ADMIN_URL = "http://127.0.0.1:15672"
 
 
-def bench_database_url(url: str) -> str:
-    parts = urlsplit(url)
-    name = (parts.path.lstrip("/") or "postgres") + "_bench_rabbitmq"
-    return urlunsplit(parts._replace(path="/" + name))
 
 
-def ensure_database(url: str) -> None:
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if not exists:
-            connection.execute(f'CREATE DATABASE "{name}"')
 
 
-def setup_django(database_url: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
 
 
 def fill(config, queue: str, exchange: str, routing_key: str, n: int, *, tag: str) -> None:
@@ -177,10 +155,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.n
 
-    database_url = bench_database_url(os.environ.get("DATABASE_URL",
-                                                     "postgres://postgres@127.0.0.1:5432/postgres"))
-    ensure_database(database_url)
-    setup_django(database_url)
+    console_on_bench_database("rabbitmq")
 
     from brokers.base import ClusterConfig
     from brokers.rabbitmq.topology import Topology, declare_queue, declare_subscription, failed_queue

@@ -36,41 +36,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def bench_database_url(url: str) -> str:
-    parts = urlsplit(url)
-    name = (parts.path.lstrip("/") or "postgres") + "_bench_replay"
-    return urlunsplit(parts._replace(path="/" + name))
-
-
-def ensure_database(url: str) -> None:
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        if not connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            connection.execute(f'CREATE DATABASE "{name}"')
-
-
-def setup_django(database_url: str, celery_broker: str) -> None:
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["CELERY_BROKER_URL"] = celery_broker
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
-
+from console_database import console_on_bench_database  # noqa: E402 - after the path
 
 # --- brokers ----------------------------------------------------------------------------
 
@@ -217,10 +187,9 @@ def main() -> None:
     parser.add_argument("--celery-broker", default="redis://127.0.0.1:6379/9")
     args = parser.parse_args()
 
-    database_url = bench_database_url(os.environ.get("DATABASE_URL",
-                                                     "postgres://postgres@127.0.0.1:5432/postgres"))
-    ensure_database(database_url)
-    setup_django(database_url, args.celery_broker)
+    database_url = console_on_bench_database(
+        "replay", CELERY_BROKER_URL=args.celery_broker,
+        LOG_LEVEL=os.environ.get("LOG_LEVEL", "WARNING"))
     from console.celery import app
     from console.replay import services
 
