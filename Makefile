@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 export TEST_DATABASE_NAME ?= test_redrive
 
-.PHONY: run test lint venv
+.PHONY: run test venv
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,3 @@ test: venv
 	bash .ci/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest $(PYTEST_ARGS)
-
-lint: venv
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
@@ -109,8 +110,6 @@ def dead_letters_collect(*, cluster: Cluster, subscription: str, actor,
     committed it. A crash before the ack leaves the batch on the broker, and the next
     collect skips the rows already archived.
     """
-    from django.conf import settings
-
     def sink(batch: Sequence[BrokerDeadLetter]) -> None:
         archive_store(cluster=cluster, letters=batch)
 

@@ -36,15 +36,14 @@ class Command(BaseCommand):
         broker = None if options["no_pulsar"] else self._start_pulsar()
         processes: list[subprocess.Popen] = []
         python = sys.executable
-        if options["no_celery"]:
-            pass
-        elif tcp_reachable(settings.CELERY_BROKER_URL, default_port=6379):
+        celery_wanted = not options["no_celery"]
+        if celery_wanted and tcp_reachable(settings.CELERY_BROKER_URL, default_port=6379):
             processes.append(subprocess.Popen(
                 [python, "-m", "celery", "-A", "console", "worker", "--loglevel", "INFO",
                  "--concurrency", "2"]))
             processes.append(subprocess.Popen(
                 [python, "-m", "celery", "-A", "console", "beat", "--loglevel", "INFO"]))
-        else:
+        elif celery_wanted:
             self.stderr.write(f"Redis for Celery is unreachable at {settings.CELERY_BROKER_URL}: "
                               "scheduled and background jobs will not run.")
         if tcp_reachable(settings.ROCKETMQ_DEFAULT_URL, default_port=6379):
